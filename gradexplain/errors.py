@@ -1,0 +1,126 @@
+"""The project's errors: one base class, small subclasses, each turned into one line by the CLI.
+
+Every error knows its exit code (DESIGN section 1, contract): 2 for bad input, 1 for a problem the
+run found. Spec errors also know where in the YAML file they come from, so the message can name the
+file, the line:column and the key path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Location:
+    """A place in a spec file: 1-based line and column, and the key path that leads there."""
+
+    file: str
+    line: int | None = None
+    column: int | None = None
+    path: tuple[str | int, ...] = ()
+
+    def key_path(self) -> str:
+        """The path as a reader writes it: `modules.module2.layers.l`, `forward[1]`."""
+        text = ""
+        for part in self.path:
+            if isinstance(part, int):
+                text += f"[{part}]"
+            else:
+                text += f".{part}" if text else part
+        return text
+
+    def shifted(self, columns: int) -> Location:
+        """The same place moved right, to point inside a scalar (a token inside a step)."""
+        if self.column is None:
+            return self
+        return Location(self.file, self.line, self.column + columns, self.path)
+
+    def __str__(self) -> str:
+        where = self.file
+        if self.line is not None:
+            where += f":{self.line}"
+            if self.column is not None:
+                where += f":{self.column}"
+        return where
+
+
+class GradexplainError(Exception):
+    """Base of every error the tool reports on purpose. `exit_code` follows DESIGN section 1."""
+
+    exit_code = 1
+
+    def one_line(self) -> str:
+        return str(self)
+
+
+class BadInput(GradexplainError):
+    """The user's input (a spec, an option) cannot be used: exit 2."""
+
+    exit_code = 2
+
+
+class UsageError(BadInput):
+    """A command-line option or argument that cannot be used (a missing file, a bad flag value)."""
+
+
+class SpecError(BadInput):
+    """A spec that cannot be used, with the place in the file that says why."""
+
+    kind = "spec error"
+
+    def __init__(self, message: str, where: Location | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.where = where
+
+    def one_line(self) -> str:
+        if self.where is None:
+            return f"{self.kind}: {self.message}"
+        path = self.where.key_path()
+        at = f" at {path}" if path else ""
+        return f"{self.where}: {self.kind}{at}: {self.message}"
+
+    def __str__(self) -> str:
+        return self.one_line()
+
+
+class SpecSyntaxError(SpecError):
+    """The file is not YAML, is empty, or is not a mapping."""
+
+    kind = "YAML error"
+
+
+class SpecSchemaError(SpecError):
+    """A key that does not belong, a missing key, or a value of the wrong type."""
+
+    kind = "schema error"
+
+
+class SpecNameError(SpecError):
+    """An undefined name, a name defined twice, a reserved name, or steps that form a cycle."""
+
+    kind = "name error"
+
+
+class SpecShapeError(SpecError):
+    """Tensors whose shapes do not fit the operation that combines them."""
+
+    kind = "shape error"
+
+
+class SpecSafetyError(SpecError):
+    """Anything that would run code: Python tags, dunders, attribute access, imports."""
+
+    kind = "refused"
+
+
+class SpecRunError(SpecError):
+    """A step that passed every check but that torch refused when it ran (the step is named)."""
+
+    kind = "torch refused the step"
+
+
+class SpecLimitError(SpecError):
+    """A spec over a size bound: file size, nesting depth, number of steps, tensor elements."""
+
+    kind = "too large"

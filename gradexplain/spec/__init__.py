@@ -1,0 +1,28 @@
+"""The spec language: YAML file -> checked ModelSpec.
+
+Never imports torch: `gradexplain validate` must stay light.
+
+    load_spec(path) = check_spec(read_spec(read_document(path)))
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gradexplain.spec.check import check_spec
+from gradexplain.spec.model import ModelSpec
+from gradexplain.spec.schema import read_spec
+from gradexplain.spec.yamlio import parse_document, read_document
+
+
+def load_spec(path: Path | str, display_name: str | None = None) -> ModelSpec:
+    """Read, parse and check a spec file. Raises a SpecError subclass for any bad input."""
+    return check_spec(read_spec(read_document(Path(path), display_name)))
+
+
+def load_spec_text(text: str, file: str = "<spec>") -> ModelSpec:
+    """The same for YAML text already in memory (tests, the Python API)."""
+    return check_spec(read_spec(parse_document(text, file)))
+
+
+__all__ = ["ModelSpec", "load_spec", "load_spec_text"]

@@ -1,0 +1,119 @@
+"""What the spec asks of its forward: backward, autograd.grad calls, interventions and captures.
+
+These checks run after the forward has been checked, on the TensorInfo of every named tensor:
+each target must exist, require grad where a gradient is asked of it, and fit in shape.
+"""
+
+from __future__ import annotations
+
+from gradexplain.errors import Location, SpecNameError, SpecShapeError
+from gradexplain.spec import shapes
+from gradexplain.spec.model import ModelSpec, TensorInfo, TensorInit
+from gradexplain.spec.scope import suggest
+from gradexplain.spec.shapes import show
+
+Tensors = dict[str, TensorInfo]
+
+
+def check_goals(spec: ModelSpec, tensors: Tensors, module_paths: set[str]) -> None:
+    """Check `backward`, `grad`, `interventions` and `captures` against the checked forward."""
+    _check_backward(spec, tensors)
+    _check_grads(spec, tensors)
+    _check_hooks(spec, tensors, module_paths)
+
+
+def _check_backward(spec: ModelSpec, tensors: Tensors) -> None:
+    backward = spec.backward
+    if backward is None:
+        return
+    info = _differentiable(tensors, backward.of, backward.where, "backward")
+    if backward.gradient is None:
+        _scalar(info, backward.where, "backward", "`gradient:`")
+    else:
+        _same_shape(backward.gradient, info, "gradient")
+    if backward.times > 1 and not backward.retain_graph:
+        raise SpecShapeError(
+            f"times: {backward.times} runs backward more than once, which needs "
+            "retain_graph: true (torch frees the graph's saved tensors after a backward)",
+            backward.where,
+        )
+
+
+def _check_grads(spec: ModelSpec, tensors: Tensors) -> None:
+    for call in spec.grads:
+        info = _differentiable(tensors, call.of, call.where, "grad `of`")
+        for name in call.wrt:
+            _differentiable(tensors, name, call.where, "grad `wrt`")
+        outputs = call.grad_outputs
+        if outputs is None:
+            _scalar(info, call.where, "grad", "`grad_outputs:` (ones, {one_hot: column} or a "
+                                              "literal)")
+        elif outputs.kind == "value":
+            assert outputs.value is not None
+            _same_shape(outputs.value, info, "grad_outputs")
+        elif outputs.kind == "one_hot":
+            assert outputs.column is not None
+            columns = info.shape[-1] if info.shape else 0
+            if outputs.column >= columns:
+                raise SpecShapeError(
+                    f"one_hot column {outputs.column} does not exist: {call.of!r} has shape "
+                    f"{show(info.shape)} ({columns} column(s) in its last dimension)",
+                    call.where,
+                )
+
+
+def _check_hooks(spec: ModelSpec, tensors: Tensors, module_paths: set[str]) -> None:
+    for item in spec.interventions:
+        if item.hook == "tensor":
+            _differentiable(tensors, item.target, item.where, "the tensor hook")
+        elif item.target not in module_paths:
+            raise SpecNameError(
+                f"the intervention is on {item.target!r}, which is not a module path"
+                f"{suggest(item.target, sorted(module_paths))} "
+                '(the top-level model is "")',
+                item.where,
+            )
+    for capture in spec.captures:
+        if capture.module not in module_paths:
+            raise SpecNameError(
+                f"the capture {capture.name!r} names {capture.module!r}, which is not a "
+                f"module path{suggest(capture.module, sorted(module_paths))}",
+                capture.where,
+            )
+
+
+def _differentiable(tensors: Tensors, name: str, where: Location, role: str) -> TensorInfo:
+    """The named tensor, which must exist and require grad for a gradient to be asked of it."""
+    info = tensors.get(name)
+    if info is None:
+        raise SpecNameError(
+            f"{role} names {name!r}, which is not a tensor of this spec"
+            f"{suggest(name, list(tensors))}",
+            where,
+        )
+    if not info.requires_grad:
+        raise SpecNameError(
+            f"{role} names {name!r}, which does not require grad: nothing upstream of it has "
+            "requires_grad: true",
+            where,
+        )
+    return info
+
+
+def _scalar(info: TensorInfo, where: Location, role: str, seed: str) -> None:
+    """Without a seed gradient, torch can only differentiate a one-element tensor."""
+    if info.shape and shapes.numel(info.shape) != 1:
+        raise SpecShapeError(
+            f"{info.name!r} has shape {show(info.shape)}; {role} of a non-scalar needs {seed} "
+            "(torch: grad can be implicitly created only for scalar outputs)",
+            where,
+        )
+
+
+def _same_shape(init: TensorInit, info: TensorInfo, what: str) -> None:
+    if init.shape != info.shape:
+        raise SpecShapeError(
+            f"{what} has shape {show(init.shape)}, but {info.name!r} has shape "
+            f"{show(info.shape)}; they must match",
+            init.where,
+        )

@@ -1,0 +1,233 @@
+"""Reading a spec file as YAML, safely, into plain data plus the place every value came from.
+
+We walk PyYAML's composed node tree ourselves instead of calling a constructor on it. That gives us:
+only the standard scalar, sequence and mapping tags (a `!!python/...` tag is refused before anything
+is constructed), keys taken as written (`on:` stays the text "on", not YAML 1.1's True), duplicate
+keys reported instead of silently overwritten, bounds on size and depth, and a line:column for every
+key and value so later stages can point at the exact spot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from gradexplain.errors import (
+    Location,
+    SpecLimitError,
+    SpecSafetyError,
+    SpecSchemaError,
+    SpecSyntaxError,
+)
+
+MAX_FILE_BYTES = 1_000_000
+MAX_DEPTH = 64
+MAX_NODES = 200_000
+
+KeyPath = tuple[str | int, ...]
+
+_STANDARD = "tag:yaml.org,2002:"
+_SCALAR_TAGS = {f"{_STANDARD}{name}" for name in ("str", "int", "float", "bool", "null")}
+# Dates stay the text they were written as: no spec value is a date, and the text reads better in
+# an error than a datetime would.
+_TEXT_TAGS = {f"{_STANDARD}timestamp"}
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where a value starts: 1-based line and column, and whether the scalar was quoted."""
+
+    line: int
+    column: int
+    quoted: bool = False
+
+
+@dataclass(frozen=True)
+class Document:
+    """A parsed spec file: the plain data and the place of every key and value in it."""
+
+    file: str
+    data: dict[str, object]
+    value_places: Mapping[KeyPath, Place]
+    key_places: Mapping[KeyPath, Place]
+
+    def where(self, path: KeyPath) -> Location:
+        """The location of the value at `path`, or of the nearest enclosing value that has one."""
+        return self._locate(path, self.value_places)
+
+    def where_key(self, path: KeyPath) -> Location:
+        """The location of the key that ends `path` (for unknown or duplicate keys)."""
+        return self._locate(path, self.key_places if path in self.key_places else self.value_places)
+
+    def _locate(self, path: KeyPath, places: Mapping[KeyPath, Place]) -> Location:
+        probe = path
+        while probe and probe not in places:
+            probe = probe[:-1]
+        place = places.get(probe) or self.value_places.get(())
+        if place is None:
+            return Location(self.file, None, None, path)
+        return Location(self.file, place.line, place.column, path)
+
+    def text_offset(self, path: KeyPath) -> int:
+        """How far a scalar's text starts after its place (1 for a quoted scalar's quote)."""
+        place = self.value_places.get(path)
+        return 1 if place is not None and place.quoted else 0
+
+
+def read_document(path: Path, display_name: str | None = None) -> Document:
+    """Read and parse `path`. Every failure is a SpecError naming the file and the place."""
+    name = display_name or str(path)
+    try:
+        size = path.stat().st_size
+    except OSError as exc:
+        raise _unreadable(exc, name) from None
+    if size > MAX_FILE_BYTES:
+        raise SpecLimitError(
+            f"the file is {size:,} bytes; a spec may be at most {MAX_FILE_BYTES:,} bytes",
+            Location(name),
+        )
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise _unreadable(exc, name) from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SpecSyntaxError(
+            f"the file is not UTF-8 text (byte {exc.start} cannot be decoded)", Location(name)
+        ) from None
+    return parse_document(text, name)
+
+
+def parse_document(text: str, file: str) -> Document:
+    """Parse YAML text into a Document (see the module docstring for what is refused)."""
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+    except yaml.MarkedYAMLError as exc:
+        raise _syntax_error(exc, file) from None
+    except yaml.YAMLError as exc:
+        raise SpecSyntaxError(str(exc).splitlines()[0], Location(file)) from None
+    except RecursionError:
+        raise SpecLimitError(
+            f"the YAML nests too deeply to read (more than {MAX_DEPTH} levels are never needed)",
+            Location(file),
+        ) from None
+    finally:
+        loader.dispose()
+    if node is None:
+        raise SpecSyntaxError(
+            "the file is empty; a spec is a YAML mapping with at least `forward:` "
+            "(see specs/two_modules.yaml)",
+            Location(file),
+        )
+    walker = _Walker(file)
+    data = walker.walk(node, (), 0)
+    if not isinstance(data, dict):
+        kind = "a list" if isinstance(data, list) else f"the scalar {data!r}"
+        raise SpecSyntaxError(
+            f"the top level must be a mapping (`key: value` lines), found {kind}",
+            Location(file, node.start_mark.line + 1, node.start_mark.column + 1),
+        )
+    return Document(file, data, walker.value_places, walker.key_places)
+
+
+def _unreadable(exc: OSError, file: str) -> SpecSyntaxError:
+    return SpecSyntaxError(f"cannot read the file: {exc.strerror or exc}", Location(file))
+
+
+def _syntax_error(exc: yaml.MarkedYAMLError, file: str) -> SpecSyntaxError:
+    mark = exc.problem_mark or exc.context_mark
+    where = Location(file) if mark is None else Location(file, mark.line + 1, mark.column + 1)
+    parts = [part for part in (exc.context, exc.problem) if part]
+    return SpecSyntaxError("; ".join(parts) or "not valid YAML", where)
+
+
+class _Walker:
+    """Turns composed nodes into plain data, recording places and enforcing the bounds."""
+
+    def __init__(self, file: str) -> None:
+        self.file = file
+        self.value_places: dict[KeyPath, Place] = {}
+        self.key_places: dict[KeyPath, Place] = {}
+        self.nodes = 0
+        self._constructor = yaml.SafeLoader("")
+
+    def _here(self, node: yaml.Node, path: KeyPath) -> Location:
+        return Location(self.file, node.start_mark.line + 1, node.start_mark.column + 1, path)
+
+    def walk(self, node: yaml.Node, path: KeyPath, depth: int) -> object:
+        self.nodes += 1
+        if self.nodes > MAX_NODES:
+            raise SpecLimitError(
+                f"the YAML holds more than {MAX_NODES:,} values (aliases count each time they "
+                "are used); write large tensors with randn/zeros/ones instead of literals",
+                self._here(node, path),
+            )
+        if depth > MAX_DEPTH:
+            raise SpecLimitError(
+                f"the YAML nests more than {MAX_DEPTH} levels deep", self._here(node, path)
+            )
+        self._check_tag(node, path)
+        quoted = isinstance(node, yaml.ScalarNode) and node.style in ("'", '"')
+        self.value_places[path] = Place(
+            node.start_mark.line + 1, node.start_mark.column + 1, quoted
+        )
+        if isinstance(node, yaml.MappingNode):
+            return self._mapping(node, path, depth)
+        if isinstance(node, yaml.SequenceNode):
+            return [self.walk(item, (*path, i), depth + 1) for i, item in enumerate(node.value)]
+        assert isinstance(node, yaml.ScalarNode)
+        if node.tag in _TEXT_TAGS:
+            return node.value
+        return self._constructor.construct_object(node)
+
+    def _mapping(self, node: yaml.MappingNode, path: KeyPath, depth: int) -> dict[str, object]:
+        result: dict[str, object] = {}
+        for key_node, value_node in node.value:
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag not in _SCALAR_TAGS:
+                raise SpecSchemaError(
+                    "keys must be plain names, not lists or mappings", self._here(key_node, path)
+                )
+            key = str(key_node.value)
+            child = (*path, key)
+            key_place = Place(key_node.start_mark.line + 1, key_node.start_mark.column + 1)
+            if key in result:
+                first = self.key_places[child]
+                raise SpecSchemaError(
+                    f"the key {key!r} appears twice (first on line {first.line}); "
+                    "each key may be given once",
+                    self._here(key_node, child),
+                )
+            self.key_places[child] = key_place
+            result[key] = self.walk(value_node, child, depth + 1)
+        return result
+
+    def _check_tag(self, node: yaml.Node, path: KeyPath) -> None:
+        tag = node.tag or ""
+        if isinstance(node, yaml.ScalarNode):
+            allowed = tag in _SCALAR_TAGS or tag in _TEXT_TAGS
+        elif isinstance(node, yaml.SequenceNode):
+            allowed = tag == f"{_STANDARD}seq"
+        else:
+            allowed = tag == f"{_STANDARD}map"
+        if allowed:
+            return
+        if "python" in tag:
+            raise SpecSafetyError(
+                f"the YAML tag {_short_tag(tag)} would build Python objects; "
+                "specs never run code, so only plain YAML values are accepted",
+                self._here(node, path),
+            )
+        raise SpecSchemaError(
+            f"the YAML tag {_short_tag(tag)} is not supported; use plain numbers, text, lists "
+            "and mappings",
+            self._here(node, path),
+        )
+
+
+def _short_tag(tag: str) -> str:
+    return "!!" + tag[len(_STANDARD) :] if tag.startswith(_STANDARD) else tag
