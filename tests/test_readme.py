@@ -1,0 +1,52 @@
+"""The README's promises: a Quick start of exactly two commands, torch pinned in both, the second
+one being what CI runs, and the console examples matching real output."""
+
+from __future__ import annotations
+
+import re
+
+from tests.conftest import REPO, run_cli
+
+README = (REPO / "README.md").read_text(encoding="utf-8")
+
+
+def quick_start_commands() -> list[str]:
+    section = README.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```sh\n(.*?)```", section, flags=re.S)
+    assert len(blocks) == 1, "the Quick start has one shell block"
+    return [line for line in blocks[0].splitlines() if line.strip()]
+
+
+def test_quick_start_is_two_commands_with_torch_pinned() -> None:
+    run, test = quick_start_commands()
+    for command in (run, test):
+        assert "torch==2.13.0" in command.split()
+    assert run.endswith("gradexplain validate specs/two_modules.yaml")
+    assert "'.[test]'" in test and test.endswith("python -m pytest")
+
+
+def test_ci_runs_the_readme_test_command() -> None:
+    _, test = quick_start_commands()
+    ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
+    assert test in ci.splitlines()
+    assert ci.startswith("#!/usr/bin/env bash\n")
+    assert "set -euo pipefail" in ci
+
+
+def test_pyproject_keeps_a_torch_range() -> None:
+    pyproject = (REPO / "pyproject.toml").read_text(encoding="utf-8")
+    assert '"torch>=2.1"' in pyproject
+    assert "torch==" not in pyproject
+
+
+def test_console_example_is_real_output() -> None:
+    example = re.search(r"\$ gradexplain validate specs/two_modules.yaml\n(.*?)\n```", README,
+                        flags=re.S)
+    assert example is not None
+    result = run_cli("validate", "specs/two_modules.yaml")
+    assert result.stdout.strip() == example.group(1).strip()
+
+
+def test_every_spec_is_in_the_readme_table() -> None:
+    for path in sorted((REPO / "specs").glob("*.yaml")):
+        assert f"(specs/{path.name})" in README, path.name
