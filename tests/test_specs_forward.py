@@ -26,6 +26,7 @@ from torch.nn.parameter import Parameter
 
 from gradexplain.build import Built, build, run_forward
 from gradexplain.spec import ModelSpec, load_spec
+from tests.articles import MyModule, MyModule2
 
 SPECS = Path(__file__).resolve().parent.parent / "specs"
 SPEC_NAMES = (
@@ -72,29 +73,6 @@ def _grad(tensor: torch.Tensor) -> torch.Tensor:
 
 
 # --- two_modules: the register_backward_hook article (MyModule -> MyModule2) ----------------------
-
-
-class MyModule(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.t = torch.tensor((3.0, 4.0))
-        self.p = nn.Parameter(self.t)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.p * x
-
-
-class MyModule2(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.l = nn.Linear(2, 1, bias=False)
-        self.activation = nn.Sigmoid()
-        # The weight the article printed; literal, so no seeding is needed.
-        with torch.no_grad():
-            self.l.weight.copy_(torch.tensor([[-0.1490, 0.0568]]))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.activation(self.l(x))  # type: ignore[no-any-return]
 
 
 def test_two_modules_matches_article_and_published_numbers() -> None:

@@ -1,0 +1,146 @@
+"""What a traced run leaves behind: plain, frozen, JSON-able data. No torch here.
+
+Everything after the trace (labels, checks, the derivation, every renderer) reads only these types,
+which is what lets a run be saved once and rendered many ways.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Nested = float | int | bool | list["Nested"]
+
+Mode = Literal["legacy", "full"]
+Phase = Literal["forward", "backward"]
+HookKind = Literal[
+    "forward_pre",
+    "forward",
+    "backward",
+    "full_backward_pre",
+    "full_backward",
+    "tensor",
+    "post_accumulate_grad",
+    "node_pre",
+    "node",
+]
+
+# Tensors above this many elements keep a summary instead of every value (DESIGN section 5).
+VALUE_LIMIT = 10_000
+
+
+@dataclass(frozen=True)
+class Summary:
+    min: float
+    max: float
+    mean: float
+    norm: float
+
+
+@dataclass(frozen=True)
+class TensorValue:
+    """A tensor as recorded: its shape, and its values in full precision or a summary."""
+
+    shape: tuple[int, ...]
+    dtype: str
+    value: Nested | None
+    summary: Summary | None = None
+
+
+@dataclass(frozen=True)
+class Arg:
+    """One argument of one hook call. `tensor` is the recorded tensor's index, None for None."""
+
+    name: str
+    value: TensorValue | None
+    tensor: int | None
+
+
+@dataclass(frozen=True)
+class Event:
+    """One hook call. `run` says which backward or grad call it belongs to (0 for the forward)."""
+
+    seq: int
+    phase: Phase
+    run: int
+    hook: HookKind
+    target: str
+    node: str | None
+    args: tuple[Arg, ...]
+
+
+@dataclass(frozen=True)
+class Warning_:
+    """A warning torch emitted, with the event it followed (its module is that event's target)."""
+
+    category: str
+    message: str
+    phase: Phase
+    after_seq: int | None
+
+
+@dataclass(frozen=True)
+class TensorRecord:
+    """A tensor object the run met: every name it had, and where it sits in the autograd graph."""
+
+    index: int
+    names: tuple[str, ...]
+    shape: tuple[int, ...]
+    requires_grad: bool
+    is_leaf: bool
+    node: str | None  # graph node id of its grad_fn (or of its AccumulateGrad for a leaf)
+    output_nr: int
+
+
+@dataclass(frozen=True)
+class GraphNode:
+    """One autograd node. `next` holds its next_functions edges: (node id or None, input_nr)."""
+
+    id: str
+    name: str
+    next: tuple[tuple[str | None, int], ...]
+    variable: int | None  # for AccumulateGrad: the leaf tensor's index
+
+
+@dataclass(frozen=True)
+class ModuleCall:
+    """One call of a module: what went in, what came out, and where a legacy hook would sit."""
+
+    module: str
+    inputs: tuple[int | None, ...]
+    outputs: tuple[int | None, ...]
+    legacy_node: str | None  # grad_fn of the first output tensor at return, if it has one
+
+
+@dataclass(frozen=True)
+class Run:
+    """One backward or autograd.grad call of the pass, numbered from 1 in the order run."""
+
+    index: int
+    kind: Literal["backward", "grad"]
+    of: str
+    wrt: tuple[str, ...]
+    result: tuple[TensorValue | None, ...]
+
+
+@dataclass(frozen=True)
+class PassTrace:
+    """Everything one pass (legacy or full module hooks) recorded."""
+
+    mode: Mode
+    events: tuple[Event, ...]
+    tensors: tuple[TensorRecord, ...]
+    graph: tuple[GraphNode, ...]
+    calls: tuple[ModuleCall, ...]
+    runs: tuple[Run, ...]
+    grads: tuple[tuple[str, TensorValue | None], ...]
+    warnings: tuple[Warning_, ...]
+
+    def tensor(self, index: int) -> TensorRecord:
+        return self.tensors[index]
+
+    def named(self, name: str) -> TensorRecord | None:
+        for record in self.tensors:
+            if name in record.names:
+                return record
+        return None
