@@ -16,6 +16,7 @@ identical builds.
 from __future__ import annotations
 
 import warnings
+from collections import deque
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from typing import Any
@@ -24,7 +25,7 @@ import torch
 from torch import nn
 
 from gradexplain.build import Built, build, make_tensor, observe
-from gradexplain.errors import SpecRunError
+from gradexplain.errors import Location, SpecRunError
 from gradexplain.spec.model import GradOutputs, ModelSpec
 from gradexplain.trace_data import (
     VALUE_LIMIT,
@@ -193,10 +194,10 @@ class _Recorder:
 
     def register_node_hooks(self, hooks: ExitStack) -> None:
         """Hook every node reachable from what the spec differentiates, numbered breadth-first."""
-        queue = [tensor.grad_fn for tensor in self.roots() if tensor.grad_fn is not None]
+        queue = deque(tensor.grad_fn for tensor in self.roots() if tensor.grad_fn is not None)
         seen: set[Node] = set()
         while queue:
-            node = queue.pop(0)
+            node = queue.popleft()
             if node in seen:
                 continue
             seen.add(node)
@@ -204,7 +205,7 @@ class _Recorder:
             assert node_id is not None
             hooks.enter_context(node.register_prehook(self.node_pre_hook(node)))
             hooks.enter_context(node.register_hook(self.node_hook(node)))
-            queue += [child for child, _ in node.next_functions if child is not None]
+            queue.extend(child for child, _ in node.next_functions if child is not None)
 
     def roots(self) -> list[torch.Tensor]:
         names = [self.spec.backward.of] if self.spec.backward is not None else []
@@ -321,7 +322,7 @@ class _Recorder:
                                  tuple(tensor_value(item) for item in result)))
 
     @contextmanager
-    def torch_errors(self, where: Any) -> Iterator[None]:
+    def torch_errors(self, where: Location) -> Iterator[None]:
         try:
             yield
         except RuntimeError as exc:

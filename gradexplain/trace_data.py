@@ -136,9 +136,6 @@ class PassTrace:
     grads: tuple[tuple[str, TensorValue | None], ...]
     warnings: tuple[Warning_, ...]
 
-    def tensor(self, index: int) -> TensorRecord:
-        return self.tensors[index]
-
     def named(self, name: str) -> TensorRecord | None:
         for record in self.tensors:
             if name in record.names:

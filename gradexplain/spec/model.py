@@ -11,6 +11,7 @@ from typing import Literal
 
 from gradexplain.errors import Location
 from gradexplain.spec.expr import Assignment
+from gradexplain.spec.shapes import numel
 
 Shape = tuple[int, ...]
 Literal_ = float | int | list["Literal_"]
@@ -27,13 +28,6 @@ class TensorInit:
     dtype: DType
     value: Literal_ | None = None
     where: Location | None = field(default=None, compare=False)
-
-    @property
-    def numel(self) -> int:
-        count = 1
-        for size in self.shape:
-            count *= size
-        return count
 
 
 @dataclass(frozen=True)
@@ -222,7 +216,7 @@ class ModelSpec:
             modules=len(modules) - 1,
             layers=sum(len(module.layers) for module in modules),
             parameters=len(parameters),
-            parameter_values=sum(_numel(info.shape) for info in parameters),
+            parameter_values=sum(numel(info.shape) for info in parameters),
             steps=sum(len(module.steps) for module in modules),
         )
 
@@ -237,9 +231,3 @@ class SpecCounts:
     parameter_values: int
     steps: int
 
-
-def _numel(shape: Shape) -> int:
-    count = 1
-    for size in shape:
-        count *= size
-    return count
