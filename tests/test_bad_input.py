@@ -62,6 +62,9 @@ CASES = [
          "inputs:\n  x: {randn: three, requires_grad: true}\nforward: ['y = sum(x)']\n"
          "backward: y\n",
          "2:three", "inputs.x.randn", ("expected a shape",)),
+    Case("missing_layer_argument",
+         GOOD_HEAD + "layers:\n  l: Linear\nforward: ['y = l(x)']\nbackward: y\n",
+         "4:Linear", "layers.l", ("Linear needs the argument 'in_features'",)),
     Case("wrong_type_layer_argument",
          GOOD_HEAD + "layers:\n  l: {Linear: {in_features: 2.5, out_features: 1}}\n"
          "forward: ['y = l(x)']\nbackward: y\n",

@@ -252,7 +252,7 @@ class _Reader:
                 f"(available: {', '.join(LAYERS)})",
                 where,
             )
-        kwargs = self.layer_kwargs(kind, rule.params, options)
+        kwargs = self.layer_kwargs(kind, rule.params, options, cursor)
         try:
             shapes = rule.weight_shapes(dict(_with_defaults(rule.params, kwargs)))
         except ShapeProblem as problem:
@@ -271,8 +271,9 @@ class _Reader:
             weight_inits.append((key, init))
         return LayerSpec(name, kind, kwargs, tuple(weight_inits), cursor.where_key())
 
-    def layer_kwargs(self, kind: str, params: tuple[Param, ...],
-                     options: Cursor | None) -> tuple[tuple[str, KwargValue], ...]:
+    def layer_kwargs(self, kind: str, params: tuple[Param, ...], options: Cursor | None,
+                     layer: Cursor) -> tuple[tuple[str, KwargValue], ...]:
+        """The layer's keyword arguments; `options` is None for the shorthand `act: Sigmoid`."""
         if options is None or options.value is None:
             given: dict[str, Cursor] = {}
         else:
@@ -283,11 +284,7 @@ class _Reader:
             if param.name in given:
                 result.append((param.name, _kwarg(given[param.name], param)))
             elif param.required:
-                where = options if options is not None else None
-                message = f"{kind} needs the argument {param.name!r}"
-                if where is None:
-                    raise SpecSchemaError(message, self.doc.where(()))
-                where.fail(message)
+                (options or layer).fail(f"{kind} needs the argument {param.name!r}")
         return tuple(result)
 
     # --- backward, grad, interventions ------------------------------------------------------
