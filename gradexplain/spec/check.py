@@ -90,18 +90,15 @@ class _Checker:
                  arg_places: dict[str, Location]) -> Scope:
         scope: Scope = {}
         arg_kind = "input" if module.path == "" else "argument"
-        entries: list[tuple[str, Entry]] = []
         for name, value in zip(module.args, arg_types, strict=True):
-            entries.append((name, Entry(arg_kind, arg_places.get(name, module.where), value)))
+            define(scope, name, Entry(arg_kind, arg_places.get(name, module.where), value))
         for param in module.params:
-            entries.append((param.name, Entry("parameter", param.where,
-                                               TensorType(param.init.shape, True, True))))
+            define(scope, param.name, Entry("parameter", param.where,
+                                            TensorType(param.init.shape, True, True)))
         for layer in module.layers:
-            entries.append((layer.name, Entry("layer", layer.where, layer)))
+            define(scope, layer.name, Entry("layer", layer.where, layer))
         for child in module.modules:
-            entries.append((child.name, Entry("module", child.where, child)))
-        for name, entry in entries:
-            define(scope, name, entry)
+            define(scope, child.name, Entry("module", child.where, child))
         return scope
 
     def module_body(self, module: ModuleSpec, arg_types: tuple[ValueType, ...],
@@ -308,8 +305,7 @@ class _Checker:
             raise SpecShapeError(f"the layer {layer.name!r} ({layer.kind}) takes one tensor",
                                  where)
         rule = LAYERS[layer.kind]
-        options = {param.name: layer.kwarg(param.name, param.default)  # type: ignore[arg-type]
-                   for param in rule.params}
+        options = rule.options(layer.kwargs)
         try:
             if not value.floating and not rule.accepts_whole:
                 raise ShapeProblem(f"{layer.kind} needs a floating-point input; {WHOLE_NUMBERS}")
@@ -353,8 +349,7 @@ class _Checker:
 
     def record_layer_weights(self, module: ModuleSpec, layer: LayerSpec) -> None:
         rule = LAYERS[layer.kind]
-        options = {param.name: layer.kwarg(param.name, param.default)  # type: ignore[arg-type]
-                   for param in rule.params}
+        options = rule.options(layer.kwargs)
         for key, shape in rule.weight_shapes(options).items():
             self.record(module.qualify(f"{layer.name}.{key}"), TensorType(shape, True, True),
                         layer.where)

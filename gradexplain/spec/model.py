@@ -62,9 +62,6 @@ class LayerSpec:
     weights: tuple[tuple[str, TensorInit], ...]
     where: Location = field(compare=False)
 
-    def kwarg(self, key: str, default: KwargValue = None) -> KwargValue:
-        return dict(self.kwargs).get(key, default)
-
 
 @dataclass(frozen=True)
 class Step:

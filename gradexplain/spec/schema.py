@@ -254,7 +254,7 @@ class _Reader:
             )
         kwargs = self.layer_kwargs(kind, rule.params, options, cursor)
         try:
-            shapes = rule.weight_shapes(dict(_with_defaults(rule.params, kwargs)))
+            shapes = rule.weight_shapes(rule.options(kwargs))
         except ShapeProblem as problem:
             # Arguments that fit separately but not together (Conv2d channels and groups).
             (options or cursor).fail(str(problem))
@@ -356,12 +356,6 @@ class _Reader:
             cursor.fail(f"clip min {low} is above max {high}")
         return Intervention(hook, fields["on"].text("a module path or tensor name"),  # type: ignore[arg-type]
                             action, factor, low, high, cursor.where())  # type: ignore[arg-type]
-
-
-def _with_defaults(params: tuple[Param, ...],
-                   given: tuple[tuple[str, KwargValue], ...]) -> list[tuple[str, object]]:
-    values = dict(given)
-    return [(param.name, values.get(param.name, param.default)) for param in params]
 
 
 def _kwarg(cursor: Cursor, param: Param) -> KwargValue:

@@ -5,7 +5,7 @@ Argument names and defaults are torch's own (a test checks them against the inst
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from gradexplain.spec import shapes
@@ -27,6 +27,11 @@ class LayerRule:
     infer: Callable[[TensorType, Options], TensorType]
     about: str
     accepts_whole: bool = False
+
+    def options(self, given: Iterable[tuple[str, object]]) -> dict[str, object]:
+        """Every argument of the layer: the ones given, torch's defaults for the rest."""
+        values = dict(given)
+        return {param.name: values.get(param.name, param.default) for param in self.params}
 
 
 # --- layers ----------------------------------------------------------------------------------
