@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from gradexplain.errors import SpecRunError
+from gradexplain.errors import SpecRunError, first_line
 from gradexplain.spec.catalogue import FUNCTIONS, LAYERS, bind
 from gradexplain.spec.expr import (
     BinOp,
@@ -170,8 +170,7 @@ class SpecModule(nn.Module):
         except SpecRunError:
             raise
         except (RuntimeError, ValueError, TypeError, IndexError) as exc:
-            first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
-            raise SpecRunError(f"in step {step.text!r}: {first_line}", step.where) from exc
+            raise SpecRunError(f"in step {step.text!r}: {first_line(exc)}", step.where) from exc
 
 
 def evaluate(expr: Expr, env: dict[str, Any]) -> Any:

@@ -44,6 +44,12 @@ class Location:
         return where
 
 
+def first_line(error: BaseException) -> str:
+    """The first line of an exception's message (torch's run on), or its repr if it has none."""
+    text = str(error).strip()
+    return text.splitlines()[0] if text else repr(error)
+
+
 class GradexplainError(Exception):
     """Base of every error the tool reports on purpose. `exit_code` follows DESIGN section 1."""
 

@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from gradexplain.build import Built, build, make_tensor, observe
-from gradexplain.errors import Location, SpecRunError
+from gradexplain.errors import Location, SpecRunError, first_line
 from gradexplain.spec.model import GradOutputs, ModelSpec
 from gradexplain.trace_data import (
     VALUE_LIMIT,
@@ -326,8 +326,7 @@ class _Recorder:
         try:
             yield
         except RuntimeError as exc:
-            first_line = str(exc).strip().splitlines()[0]
-            raise SpecRunError(first_line, where) from exc
+            raise SpecRunError(first_line(exc), where) from exc
 
     def result(self) -> PassTrace:
         self.flush_warnings()
