@@ -49,7 +49,11 @@ class TensorValue:
 
 @dataclass(frozen=True)
 class Arg:
-    """One argument of one hook call. `tensor` is the recorded tensor's index, None for None."""
+    """One argument of one hook call; `value` is None where the argument is None.
+
+    `tensor` is the index of the TensorRecord the argument is, for tensors the forward met
+    (inputs, outputs, leaves); gradients flowing in backward are fresh tensors and have None.
+    """
 
     name: str
     value: TensorValue | None
