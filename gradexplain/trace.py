@@ -99,8 +99,12 @@ class _Recorder:
         self.tensor_index: dict[int, int] = {}
         self.tensor_names: list[list[str]] = []
         self.name_owner: dict[str, int] = {}
+        self.name_uses: dict[str, int] = {}
+        self.input_names = {spec.name for spec in built.spec.inputs}
         self.node_ids: dict[Node, str] = {}
         self.node_objects: list[Node] = []
+        # The node whose pre-hooks ran last: module backward hooks are post-hooks of that node.
+        self.current_node: Node | None = None
         self.calls: list[ModuleCall] = []
         self.runs: list[Run] = []
         # What the top-level model returned, by the names it returns them under: with full hooks
@@ -126,12 +130,20 @@ class _Recorder:
     def named(self, name: str, value: Any, hooks: ExitStack) -> None:
         """A step (or argument, or leaf) gave `value` a name; hook it the first time we see it.
 
-        A name belongs to the first tensor that gets it. With full backward hooks the top-level
-        module's arguments are views of the inputs (BackwardHookFunction wraps them), reported
-        under the inputs' own names: those views stay unnamed, the inputs keep their names.
+        A name belongs to the first tensor that gets it. When the same name comes again for
+        another tensor (a module called a second time), that tensor is named `name@2`, and so on.
+        With full backward hooks the top-level module's arguments are views of the inputs
+        (BackwardHookFunction wraps them), reported under the inputs' own names: those views
+        stay unnamed, the inputs keep their names.
         """
-        if not isinstance(value, torch.Tensor) or name in self.name_owner:
+        if not isinstance(value, torch.Tensor):
             return
+        owner = self.name_owner.get(name)
+        if owner is not None:
+            if owner == self.tensor_index.get(id(value)) or name in self.input_names:
+                return
+            self.name_uses[name] = self.name_uses.get(name, 1) + 1
+            name = f"{name}@{self.name_uses[name]}"
         index = self.index(value)
         first = not self.tensor_names[index]
         self.tensor_names[index].append(name)
@@ -162,7 +174,7 @@ class _Recorder:
         self.flush_warnings()
         name = None if node is None else node.name()
         self.events.append(Event(len(self.events), self.phase, self.run, hook, target, name,
-                                 tuple(args)))
+                                 tuple(args), self.node_ids.get(node)))
 
     def flush_warnings(self) -> None:
         after = len(self.events) - 1 if self.events else None
@@ -242,14 +254,15 @@ class _Recorder:
         """A legacy ("backward") or full ("full_backward") module hook: same signature."""
         def hook(module: nn.Module, grad_input: tuple[Any, ...],
                  grad_output: tuple[Any, ...]) -> None:
-            self.record(kind, path, None,
+            self.record(kind, path, self.current_node,
                         self.args("grad_input", grad_input) + self.args("grad_output",
                                                                           grad_output))
         return hook
 
     def full_backward_pre_hook(self, path: str) -> Any:
         def hook(module: nn.Module, grad_output: tuple[Any, ...]) -> None:
-            self.record("full_backward_pre", path, None, self.args("grad_output", grad_output))
+            self.record("full_backward_pre", path, self.current_node,
+                        self.args("grad_output", grad_output))
         return hook
 
     def tensor_hook(self, index: int) -> Any:
@@ -268,6 +281,7 @@ class _Recorder:
 
     def node_pre_hook(self, node: Node) -> Any:
         def hook(grad_outputs: tuple[Any, ...]) -> None:
+            self.current_node = node
             self.record("node_pre", self.node_ids[node], node,
                         self.args("grad_outputs", grad_outputs))
         return hook
@@ -295,6 +309,7 @@ class _Recorder:
         return returned if returned is not None else self.tensor_named(name)
 
     def run_backward(self) -> None:
+        self.flush_warnings()  # what the forward warned belongs to the forward
         self.phase = "backward"
         spec = self.spec
         leaves = [tensor for tensor in self.built.leaves().values() if tensor.requires_grad]
@@ -309,7 +324,9 @@ class _Recorder:
                 self.run += 1
                 with self.torch_errors(backward.where):
                     torch.autograd.backward(of, gradient, retain_graph=backward.retain_graph)
-                self.runs.append(Run(self.run, "backward", backward.of, (), ()))
+                self.runs.append(Run(self.run, "backward", backward.of, (), (),
+                                     self.tensor_index.get(id(of)),
+                                     time == 0 or backward.zero_grad_between))
         for call in spec.grads:
             self.run += 1
             of = self.differentiated(call.of)
@@ -319,7 +336,8 @@ class _Recorder:
                 result = torch.autograd.grad(of, inputs, seed, retain_graph=call.retain_graph,
                                              allow_unused=True)
             self.runs.append(Run(self.run, "grad", call.of, call.wrt,
-                                 tuple(tensor_value(item) for item in result)))
+                                 tuple(tensor_value(item) for item in result),
+                                 self.tensor_index.get(id(of))))
 
     @contextmanager
     def torch_errors(self, where: Location) -> Iterator[None]:

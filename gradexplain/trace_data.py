@@ -62,7 +62,12 @@ class Arg:
 
 @dataclass(frozen=True)
 class Event:
-    """One hook call. `run` says which backward or grad call it belongs to (0 for the forward)."""
+    """One hook call. `run` says which backward or grad call it belongs to (0 for the forward).
+
+    `node` is the name of the autograd node involved and `node_id` its graph id: for node hooks
+    the node itself; for module backward hooks the node they ran on (legacy hooks sit on the
+    module's last node, full hooks on BackwardHookFunctionBackward wrappers).
+    """
 
     seq: int
     phase: Phase
@@ -71,6 +76,7 @@ class Event:
     target: str
     node: str | None
     args: tuple[Arg, ...]
+    node_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -118,13 +124,19 @@ class ModuleCall:
 
 @dataclass(frozen=True)
 class Run:
-    """One backward or autograd.grad call of the pass, numbered from 1 in the order run."""
+    """One backward or autograd.grad call of the pass, numbered from 1 in the order run.
+
+    `root` is the tensor differentiated; `fresh` says the leaves' `.grad` was empty (or zeroed)
+    before a backward run, so what it accumulates starts from nothing.
+    """
 
     index: int
     kind: Literal["backward", "grad"]
     of: str
     wrt: tuple[str, ...]
     result: tuple[TensorValue | None, ...]
+    root: int | None = None
+    fresh: bool = True
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ def test_quick_start_is_two_commands_with_torch_pinned() -> None:
     run, test = quick_start_commands()
     for command in (run, test):
         assert "torch==2.13.0" in command.split()
-    assert run.endswith("gradexplain validate specs/two_modules.yaml")
+    assert run.endswith("gradexplain walk specs/two_modules.yaml")
     assert "'.[test]'" in test and test.endswith("python -m pytest")
 
 
@@ -45,6 +45,19 @@ def test_console_example_is_real_output() -> None:
     assert example is not None
     result = run_cli("validate", "specs/two_modules.yaml")
     assert result.stdout.strip() == example.group(1).strip()
+
+
+def test_walk_example_is_real_output() -> None:
+    """Every line of the README's walk excerpt (between the `...`) is in the real output."""
+    example = re.search(r"\$ gradexplain walk (.*?)\n(.*?)\n```", README, flags=re.S)
+    assert example is not None
+    result = run_cli("walk", *example.group(1).split())
+    assert result.code == 0, result.stderr
+    real = result.stdout.splitlines()
+    shown = [line for line in example.group(2).splitlines() if line != "..."]
+    assert len(shown) > 5
+    for line in shown:
+        assert line in real, line
 
 
 def test_every_spec_is_in_the_readme_table() -> None:

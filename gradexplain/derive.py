@@ -1,0 +1,259 @@
+"""The walk: trace both passes, label every argument, check every label, derive the chain rule.
+
+`walk(spec)` is the whole of `gradexplain walk` before rendering. It reads the traces and the
+labels (plain data) and uses torch only through the hook-free `Replay`, for the numbers the
+labels are checked against and the numbers of the derivation.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+
+import torch
+
+from gradexplain.graphview import ACCUMULATE, GraphView
+from gradexplain.label import VIEWS, EventLabels, label_pass, short_name
+from gradexplain.replay import Replay, RunValues
+from gradexplain.rules import local_derivatives
+from gradexplain.spec.model import ModelSpec
+from gradexplain.trace import tensor_value, trace_both
+from gradexplain.trace_data import Event, PassTrace, TensorValue
+from gradexplain.walk_data import (
+    Check,
+    Derivation,
+    DerivationLine,
+    FinalGrad,
+    LabelledArg,
+    LabelledEvent,
+    ModuleWarning,
+    PassWalk,
+    Term,
+    Walk,
+)
+
+# float32 arithmetic in another order (a hook-free run) may differ in the last bits.
+ABSOLUTE_TOLERANCE = 1e-5
+RELATIVE_TOLERANCE = 1e-4
+
+
+def walk(spec: ModelSpec, spec_path: str) -> Walk:
+    """Run the spec's two passes and everything walk shows about them."""
+    legacy, full = trace_both(spec)
+    labelled = [label_pass(trace) for trace in (legacy, full)]
+    view, _ = labelled[0]
+    replay = Replay(spec, legacy, [view.name_of(node) for node in view.order])
+    passes = tuple(
+        _walk_pass(trace, pass_view, events, replay)
+        for trace, (pass_view, events) in zip((legacy, full), labelled, strict=True)
+    )
+    return Walk(
+        spec=spec_path,
+        name=spec.name,
+        about=spec.about,
+        torch=torch.__version__,
+        passes=passes,
+        derivations=_derivations(legacy, view, replay),
+        interventions=len(spec.interventions),
+    )
+
+
+def check(value: TensorValue | None, expected: torch.Tensor) -> Check:
+    """Compare a recorded value with the independently computed one."""
+    expected_value = tensor_value(expected)
+    if value is None:
+        return Check(False, math.inf, expected_value)
+    if tuple(value.shape) != tuple(expected.shape):
+        return Check(False, math.inf, expected_value)
+    reference = expected.detach().double()
+    if value.value is None:
+        assert value.summary is not None
+        got = torch.tensor([value.summary.min, value.summary.max, value.summary.mean,
+                            value.summary.norm], dtype=torch.float64)
+        reference = torch.stack([reference.min(), reference.max(), reference.mean(),
+                                 reference.norm()])
+    else:
+        got = torch.tensor(value.value, dtype=torch.float64)
+    if got.numel() == 0:
+        return Check(True, 0.0, expected_value)
+    error = float((got - reference).abs().max())
+    scale = float(reference.abs().max())
+    verified = error <= ABSOLUTE_TOLERANCE + RELATIVE_TOLERANCE * scale
+    return Check(verified, error, expected_value)
+
+
+def _walk_pass(trace: PassTrace, view: GraphView, events: list[EventLabels],
+               replay: Replay) -> PassWalk:
+    if [view.name_of(node) for node in view.order] != [node.name() for node in replay.order]:
+        raise AssertionError(f"the {trace.mode} pass's graph differs from the check run's")
+    labelled = tuple(_labelled_event(item, replay) for item in events)
+    return PassWalk(trace.mode, labelled, _final_grads(trace, view, replay),
+                    _warnings(trace))
+
+
+def _labelled_event(item: EventLabels, replay: Replay) -> LabelledEvent:
+    event = item.event
+    args = []
+    for arg, label in zip(event.args, item.labels, strict=True):
+        result = None
+        if label.site is not None and arg.value is not None:
+            result = check(arg.value, replay.expected(label.site, arg.value.shape))
+        args.append(LabelledArg(arg.name, arg.value, label.meaning, result))
+    return LabelledEvent(event.seq, event.phase, event.run, event.hook, event.target,
+                         event.node, tuple(args), item.why)
+
+
+def _final_grads(trace: PassTrace, view: GraphView, replay: Replay) -> tuple[FinalGrad, ...]:
+    """Each leaf's `.grad` after the pass, checked against the backward calls it summed."""
+    backward_runs = [run for run in trace.runs if run.kind == "backward"]
+    start = max((i for i, run in enumerate(backward_runs) if run.fresh), default=0)
+    summed = backward_runs[start:]
+    grads = []
+    for name, value in trace.grads:
+        record = trace.named(name)
+        position = view.resolve(view.raw_position(record.index if record else None))
+        result = None
+        if position is not None and summed:
+            ranked = (view.rank[position[0]], position[1])
+            total: torch.Tensor | None = None
+            for run in summed:
+                found = replay.runs[run.index].totals.get(ranked)
+                if found is not None:
+                    total = found if total is None else total + found
+            if total is not None or value is not None:
+                result = check(value, total if total is not None
+                               else torch.zeros(value.shape if value else ()))
+        grads.append(FinalGrad(name, value, result))
+    return tuple(grads)
+
+
+def _warnings(trace: PassTrace) -> tuple[ModuleWarning, ...]:
+    """torch's warnings, once per module and message, attached to the event they followed."""
+    counts: Counter[tuple[str | None, str, str, str]] = Counter()
+    for warning in trace.warnings:
+        module = None
+        if warning.after_seq is not None:
+            event: Event = trace.events[warning.after_seq]
+            if event.hook in ("forward", "forward_pre", "backward", "full_backward",
+                              "full_backward_pre"):
+                module = event.target
+        counts[(module, warning.category, warning.message, warning.phase)] += 1
+    return tuple(ModuleWarning(module, category, message, phase, count)  # type: ignore[arg-type]
+                 for (module, category, message, phase), count in counts.items())
+
+
+def _derivations(trace: PassTrace, view: GraphView, replay: Replay) -> tuple[Derivation, ...]:
+    """The chain rule of each distinct call, node by node from the output back to the leaves."""
+    done: dict[int, int] = {}
+    derivations = []
+    for run in trace.runs:
+        values = replay.runs[run.index]
+        if id(values) in done:
+            continue
+        done[id(values)] = run.index
+        lines = [_line(trace, view, run.index, values, node) for node in
+                 _topological(view, trace, run.index)]
+        derivations.append(Derivation(run.index, run.kind, run.of,
+                                      None if values.seed is None else tensor_value(values.seed),
+                                      tuple(lines)))
+    return tuple(derivations)
+
+
+def _topological(view: GraphView, trace: PassTrace, run: int) -> list[str]:
+    """The nodes torch ran in this call, each after every node that feeds it (ties: graph
+    order). An autograd.grad call runs only what its `wrt` needs."""
+    ran = {event.node_id for event in trace.events if event.hook == "node" and event.run == run}
+    active = [node for node in view.order if node in ran]
+    waiting = {node: sum(1 for position, users in view.consumers.items()
+                         if position[0] == node for user, _ in users if user in ran)
+               for node in active}
+    ready = [node for node in active if waiting[node] == 0]
+    order: list[str] = []
+    while ready:
+        ready.sort(key=lambda node: view.rank[node])
+        node = ready.pop(0)
+        order.append(node)
+        for child, output in view.nodes[node].next:
+            position = view.resolve((child, output))
+            if position is not None and position[0] in waiting:
+                waiting[position[0]] -= 1
+                if waiting[position[0]] == 0:
+                    ready.append(position[0])
+    return order
+
+
+def _line(trace: PassTrace, view: GraphView, run: int, values: RunValues,
+          node: str) -> DerivationLine:
+    rank = view.rank[node]
+    name = view.name_of(node)
+    output = _tensor_name(view, (node, 0))
+    upstream = values.totals.get((rank, 0))
+    traced = _traced(trace, node, run)
+    if name == ACCUMULATE:
+        seen = traced[0] if traced else None
+        result = None if seen is None or upstream is None else check(seen, upstream)
+        term = Term(output, f"{short_name(output)}.grad += g", _value(upstream), result)
+        return DerivationLine(name, output, _value(upstream), (term,), True)
+    edges = view.nodes[node].next
+    inputs = [_tensor_name(view, view.resolve(edge)) for edge in edges]
+    formulas, has_rule = local_derivatives(name, [_operand(item) for item in inputs],
+                                           _operand(output))
+    terms = []
+    for index, (wrt, formula) in enumerate(zip(inputs, formulas, strict=True)):
+        seen = traced[index] if traced is not None and index < len(traced) else None
+        if edges[index][0] is None or seen is None:
+            continue  # no input there, or torch did not need it in this call
+        share = values.edges.get((rank, index))
+        result = None if share is None else check(seen, share)
+        terms.append(Term(wrt, formula, _value(share), result))
+    return DerivationLine(name, output, _value(upstream), tuple(terms), has_rule)
+
+
+def _traced(trace: PassTrace, node: str, run: int) -> list[TensorValue | None] | None:
+    """What the traced pass saw flowing out of this node in this run: its Node hook's
+    grad_inputs, or for a leaf's AccumulateGrad what its pre-hook received."""
+    for event in trace.events:
+        if event.node_id != node or event.run != run:
+            continue
+        if event.hook == "node" and event.node != ACCUMULATE:
+            return [arg.value for arg in event.args if arg.name.startswith("grad_inputs")]
+        if event.hook == "node_pre" and event.node == ACCUMULATE:
+            return [arg.value for arg in event.args]
+    return None
+
+
+def _tensor_name(view: GraphView, position: tuple[str, int] | None) -> str:
+    """A tensor's name in the derivation: its own, or what it is a view of (`weightᵀ`)."""
+    if position is None:
+        return "None"
+    names = view.names.get(position)
+    if names:
+        top = [name for name in names if "." not in name.split("@")[0]]
+        return (top or names)[0]
+    node = view.nodes[position[0]]
+    kind = VIEWS.get(node.name)
+    if kind is not None and node.next and node.next[0][0] is not None:
+        below = view.resolve(node.next[0])
+        base = short_name(_tensor_name(view, below))
+        return f"{base}ᵀ" if kind == "transpose" else f"{base} ({kind}ed)" if kind == "expand" \
+            else f"{base} (reshaped)"
+    users = view.consumers.get(position, [])
+    if len(users) == 1 and VIEWS.get(view.name_of(users[0][0])) in ("reshape", "transpose"):
+        above = short_name(_tensor_name(view, (users[0][0], 0)))
+        return f"{above} (reshaped)"
+    op = node.name.removesuffix("Backward0").removesuffix("Backward1").lower()
+    return f"{op}#{view.rank[node.id]}"
+
+
+def _operand(name: str) -> str:
+    """A name as it reads inside a formula: `weightᵀ` becomes `(weightᵀ)`, so `(weightᵀ)ᵀ`."""
+    short = short_name(name)
+    return short if re.fullmatch(r"[\w@:#]+", short, re.ASCII) else f"({short})"
+
+
+def _value(tensor: torch.Tensor | None) -> TensorValue | None:
+    return None if tensor is None else tensor_value(tensor)
+
+
+__all__ = ["check", "walk"]

@@ -1,0 +1,60 @@
+"""The one number formatter: every number the text output shows goes through `fmt`, so the same
+run always prints the same characters."""
+
+from __future__ import annotations
+
+import math
+
+from gradexplain.trace_data import Nested, TensorValue
+
+# Tensors with more elements than this are shown as a summary in text output.
+TEXT_ELEMENTS = 24
+
+
+def fmt(number: float | int | bool) -> str:
+    """Five significant digits, no trailing zeros, `-0` shown as `0`: 0.18746, -0.0412, 6."""
+    if isinstance(number, bool):
+        return str(number).lower()
+    if isinstance(number, int):
+        return str(number)
+    if math.isnan(number):
+        return "nan"
+    if math.isinf(number):
+        return "inf" if number > 0 else "-inf"
+    text = f"{number:.5g}"
+    return "0" if text == "-0" else text
+
+
+def fmt_nested(value: Nested) -> str:
+    if isinstance(value, list):
+        return "[" + ", ".join(fmt_nested(item) for item in value) + "]"
+    return fmt(value)
+
+
+def fmt_shape(shape: tuple[int, ...] | list[int]) -> str:
+    return "[" + ", ".join(str(size) for size in shape) + "]"
+
+
+def fmt_value(value: TensorValue | None, limit: int = TEXT_ELEMENTS) -> str:
+    """A tensor in full up to `limit` elements, else its shape and summary; None as `None`."""
+    if value is None:
+        return "None"
+    count = math.prod(value.shape)
+    if value.value is not None and count <= limit:
+        return fmt_nested(value.value)
+    if value.summary is not None:
+        summary = value.summary
+        return (f"{fmt_shape(value.shape)} min {fmt(summary.min)} max {fmt(summary.max)} "
+                f"mean {fmt(summary.mean)} norm {fmt(summary.norm)}")
+    flat = _flatten(value.value)
+    mean = sum(flat) / len(flat) if flat else 0.0
+    return (f"{fmt_shape(value.shape)} min {fmt(min(flat, default=0.0))} "
+            f"max {fmt(max(flat, default=0.0))} mean {fmt(mean)}")
+
+
+def _flatten(value: Nested | None) -> list[float]:
+    if value is None:
+        return []
+    if isinstance(value, list):
+        return [item for part in value for item in _flatten(part)]
+    return [float(value)]

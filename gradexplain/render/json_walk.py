@@ -1,0 +1,92 @@
+"""`walk --format json`: the contract of DESIGN section 5, as a dict ready for json.dumps."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from gradexplain.trace_data import Nested, TensorValue
+from gradexplain.walk_data import Check, LabelledArg, LabelledEvent, Meaning, PassWalk, Walk
+
+SCHEMA = "gradexplain.walk/1"
+
+
+def walk_json(walk: Walk) -> dict[str, Any]:
+    return {
+        "schema": SCHEMA,
+        "torch": walk.torch,
+        "spec": walk.spec,
+        "passes": [_pass(walk_pass) for walk_pass in walk.passes],
+    }
+
+
+def _pass(walk_pass: PassWalk) -> dict[str, Any]:
+    return {
+        "mode": walk_pass.mode,
+        "events": [_event(event) for event in walk_pass.events],
+        "grads": {grad.name: _plain(grad.value) for grad in walk_pass.grads},
+    }
+
+
+def _event(event: LabelledEvent) -> dict[str, Any]:
+    return {
+        "seq": event.seq,
+        "phase": event.phase,
+        "hook": event.hook,
+        "target": event.target,
+        "node": event.node,
+        "args": [_arg(arg) for arg in event.args],
+    }
+
+
+def _arg(arg: LabelledArg) -> dict[str, Any]:
+    result: dict[str, Any] = {
+        "name": arg.name,
+        "shape": None if arg.value is None else list(arg.value.shape),
+    }
+    if arg.value is not None and arg.value.value is None and arg.value.summary is not None:
+        summary = arg.value.summary
+        result["summary"] = {key: _number(getattr(summary, key))
+                             for key in ("min", "max", "mean", "norm")}
+    else:
+        result["value"] = _plain(arg.value)
+    result["meaning"] = None if arg.meaning is None else _meaning(arg.meaning)
+    result["check"] = None if arg.check is None else _check(arg.check)
+    return result
+
+
+def _meaning(meaning: Meaning) -> dict[str, Any]:
+    result: dict[str, Any] = {
+        "of": meaning.of,
+        "wrt": meaning.wrt,
+        "aliases": list(meaning.aliases),
+        "layout": meaning.layout,
+        "text": meaning.text,
+        "latex": meaning.latex,
+    }
+    if meaning.modified:
+        result["modified"] = True
+    return result
+
+
+def _check(check: Check) -> dict[str, Any]:
+    return {"verified": check.verified, "max_abs_err": _number(check.max_abs_err)}
+
+
+def _plain(value: TensorValue | None) -> Any:
+    if value is None or value.value is None:
+        return None
+    return _nested(value.value)
+
+
+def _nested(value: Nested) -> Any:
+    if isinstance(value, list):
+        return [_nested(item) for item in value]
+    return _number(value)
+
+
+def _number(number: float | int | bool) -> float | int | bool | None:
+    """JSON has no NaN or infinity: those become null."""
+    if isinstance(number, float) and not math.isfinite(number):
+        return None
+    return number

@@ -1,0 +1,154 @@
+"""`walk --format text`: rich renderables for a person at a terminal (readable at 100 columns).
+
+The renderer returns a renderable; `cli.py` prints it. Colour is the console's business: rich
+drops it when output is piped or NO_COLOR is set.
+"""
+
+from __future__ import annotations
+
+from rich.console import Group, RenderableType
+from rich.padding import Padding
+from rich.table import Table
+from rich.text import Text
+
+from gradexplain.label import short_name
+from gradexplain.render.fmt import fmt, fmt_value
+from gradexplain.walk_data import (
+    Check,
+    Derivation,
+    DerivationLine,
+    LabelledEvent,
+    PassWalk,
+    Walk,
+)
+
+PASS_TITLES = {
+    "legacy": "legacy pass: register_backward_hook on every module",
+    "full": "full pass: register_full_backward_pre_hook + register_full_backward_hook",
+}
+
+
+def walk_text(walk: Walk) -> RenderableType:
+    parts: list[RenderableType] = [_header(walk)]
+    for derivation in walk.derivations:
+        parts.append(_derivation(derivation))
+    for walk_pass in walk.passes:
+        parts.append(_pass(walk_pass))
+    parts.append(_verdict(walk))
+    return Group(*parts)
+
+
+def check_mark(check: Check | None) -> Text:
+    if check is None:
+        return Text("")
+    if check.verified:
+        return Text("✓", style="green")
+    return Text(f"✗ FAILED (error {fmt(check.max_abs_err)})", style="bold red")
+
+
+def _header(walk: Walk) -> RenderableType:
+    title = Text.assemble((walk.name, "bold"), f"  {walk.spec}  (torch {walk.torch})")
+    lines: list[RenderableType] = [title]
+    if walk.about:
+        lines.append(Text(walk.about, style="dim"))
+    if walk.interventions:
+        lines.append(Text(f"note: the spec declares {walk.interventions} intervention(s); "
+                          "walk shows the gradients without them", style="yellow"))
+    return Group(*lines, Text(""))
+
+
+def _derivation(derivation: Derivation) -> RenderableType:
+    call = "backward" if derivation.kind == "backward" else "autograd.grad"
+    title = f"chain rule of run {derivation.run}: {call} of {derivation.of}"
+    if derivation.seed is not None:
+        title += f", seed gradient {fmt_value(derivation.seed)}"
+    lines: list[RenderableType] = [Text(title, style="bold underline")]
+    for line in derivation.lines:
+        lines.append(_derivation_line(derivation.of, line))
+    lines.append(Text(""))
+    return Group(*lines)
+
+
+def _derivation_line(of: str, line: DerivationLine) -> RenderableType:
+    table = Table.grid(padding=(0, 1))
+    table.add_column(no_wrap=True)
+    table.add_column(max_width=80)
+    table.add_column(no_wrap=True)
+    gradient = f"  g = ∂{of}/∂{short_name(line.output)} = "
+    head = Text.assemble((display_node(line.node), "cyan"), gradient, fmt_value(line.upstream))
+    if not line.has_rule:
+        head.append("  (no rule for this node type: generic vector-Jacobian product)",
+                    style="dim")
+    for term in line.terms:
+        table.add_row(f"  → {short_name(term.wrt)}:",
+                      Text(f"{term.local} = {fmt_value(term.value)}"), check_mark(term.check))
+    return Group(head, table)
+
+
+def _pass(walk_pass: PassWalk) -> RenderableType:
+    parts: list[RenderableType] = [Text(PASS_TITLES[walk_pass.mode], style="bold underline")]
+    for event in walk_pass.events:
+        parts.append(_event(event))
+    if walk_pass.grads:
+        grads = Table.grid(padding=(0, 1))
+        for grad in walk_pass.grads:
+            grads.add_row(f"{grad.name}.grad =", fmt_value(grad.value), check_mark(grad.check))
+        parts += [Text("final .grad of every leaf", style="bold"), Padding(grads, (0, 0, 0, 2))]
+    if walk_pass.warnings:
+        parts.append(Text("torch warned (shown once per module):", style="bold yellow"))
+        for warning in walk_pass.warnings:
+            where = "the model" if warning.module == "" else warning.module or "the run"
+            times = f" (x{warning.count})" if warning.count > 1 else ""
+            parts.append(Padding(Text(f"{where}, in {warning.phase}: {warning.category}: "
+                                      f"{warning.message}{times}"), (0, 0, 0, 2)))
+    parts.append(Text(""))
+    return Group(*parts)
+
+
+def _event(event: LabelledEvent) -> RenderableType:
+    """`12 backward module2 on SigmoidBackward0`, then one row per argument."""
+    head = Text.assemble((f"{event.seq:>3} ", "dim"), (event.hook, "bold"), " ",
+                         (event.target if event.target else "<model>", "cyan"))
+    if event.node:
+        head.append(f" on {display_node(event.node)}")
+    rows = Table.grid(padding=(0, 2))
+    rows.add_column(no_wrap=True)
+    rows.add_column(max_width=40)
+    rows.add_column(max_width=40)
+    rows.add_column(no_wrap=True)
+    for arg in event.args:
+        meaning = arg.meaning.text if arg.meaning is not None else (
+            "(forward value)" if event.phase == "forward" else "")
+        rows.add_row(arg.name, meaning, fmt_value(arg.value), check_mark(arg.check))
+    parts: list[RenderableType] = [head]
+    if event.why:
+        parts.append(Padding(Text(event.why, style="dim italic"), (0, 0, 0, 6)))
+    if event.args:
+        parts.append(Padding(rows, (0, 0, 0, 6)))
+    return Group(*parts)
+
+
+def display_node(name: str) -> str:
+    """`torch::autograd::AccumulateGrad` reads as `AccumulateGrad`."""
+    return name.removeprefix("torch::autograd::")
+
+
+def _verdict(walk: Walk) -> RenderableType:
+    total = sum(1 for walk_pass in walk.passes for event in walk_pass.events
+                for arg in event.args if arg.check is not None)
+    total += sum(1 for derivation in walk.derivations for line in derivation.lines
+                 for term in line.terms if term.check is not None)
+    failures = walk.failures()
+    if not failures:
+        return Text(f"all {total} checks verified against a hook-free run of the same spec",
+                    style="bold green")
+    lines: list[RenderableType] = [
+        Text(f"{len(failures)} of {total} checks FAILED: these labels are wrong or the run "
+             "differs", style="bold red")]
+    for failure in failures:
+        mode = f"{failure.mode} " if failure.mode else ""
+        expected = fmt_value(failure.check.expected)
+        lines.append(Text(f"  ✗ {mode}{failure.where}: claimed {failure.claim}; the hook-free "
+                          f"run gives {expected} (error {fmt(failure.check.max_abs_err)})",
+                          style="red"))
+    return Group(*lines)
