@@ -146,7 +146,7 @@ class _Labeller:
             return NO_LABEL
         rank = _tensor_rank(call.inputs, index)
         if self.view.nodes[wrapper_in].next[rank][0] is None:
-            return self.zeros(run, call.inputs[index])
+            return self.zeros(run, call, index)
         return self.whole(run, (wrapper_in, rank))
 
     def full_call(self, event: Event) -> tuple[ModuleCall | None, str | None, str | None]:
@@ -201,6 +201,8 @@ class _Labeller:
     def edge(self, run: Run, node: str, number: int) -> Label:
         """What flows along one edge of a node: the node's share of its input's gradient."""
         if self.view.is_identity(node):
+            if self.view.nodes[node].next[number][0] is None:
+                return self.wrapper_zeros(run, node, number)
             return self.whole(run, (node, number))
         position = self.view.resolve(self.view.nodes[node].next[number])
         if position is None:
@@ -226,12 +228,24 @@ class _Labeller:
                              latex, meaning.partial),
                      Site(run.index, label.site.position, label.site.edges, runs=tuple(runs)))
 
-    def zeros(self, run: Run, index: int | None) -> Label:
-        record = self.view.record(index)
-        names = record.names if record else ()
-        wrt = _canonical(list(names)) if names else f"input#{index}"
+    def wrapper_zeros(self, run: Run, node: str, rank: int) -> Label:
+        """A full hook's input wrapper passes zeros for an input that does not require grad."""
+        for call in self.trace.calls:
+            if self.wrapper_of(call.inputs) == node:
+                tensors = [index for index, item in enumerate(call.inputs) if item is not None]
+                if rank < len(tensors):
+                    return self.zeros(run, call, tensors[rank])
+        return NO_LABEL
+
+    def zeros(self, run: Run, call: ModuleCall, index: int) -> Label:
+        """Zeros for the module's `index`-th argument, named as the caller knows it."""
+        names: list[str] = []
+        for tensors in (call.arguments, call.inputs):
+            record = self.view.record(tensors[index] if index < len(tensors) else None)
+            names += record.names if record else ()
+        wrt = _canonical(names) if names else f"{call.module or 'model'} input {index}"
         short = short_name(wrt)
-        meaning = Meaning(run.of, wrt, _aliases(list(names), wrt), "as-is",
+        meaning = Meaning(run.of, wrt, _aliases(names, wrt), "as-is",
                           f"∂{run.of}/∂{short} = 0 ({short} does not require grad)",
                           rf"\frac{{\partial {latex_name(run.of)}}}{{\partial {latex_name(short)}}}"
                           " = 0")

@@ -106,6 +106,7 @@ class _Recorder:
         # The node whose pre-hooks ran last: module backward hooks are post-hooks of that node.
         self.current_node: Node | None = None
         self.calls: list[ModuleCall] = []
+        self.arguments: dict[str, list[tuple[int | None, ...]]] = {}
         self.runs: list[Run] = []
         # What the top-level model returned, by the names it returns them under: with full hooks
         # these are BackwardHookFunction views of the tensors named inside the model.
@@ -133,14 +134,19 @@ class _Recorder:
         A name belongs to the first tensor that gets it. When the same name comes again for
         another tensor (a module called a second time), that tensor is named `name@2`, and so on.
         With full backward hooks the top-level module's arguments are views of the inputs
-        (BackwardHookFunction wraps them), reported under the inputs' own names: those views
-        stay unnamed, the inputs keep their names.
+        (BackwardHookFunction wraps them): those views also answer to the input's name, but the
+        input keeps its hook and is what the name refers to.
         """
         if not isinstance(value, torch.Tensor):
             return
         owner = self.name_owner.get(name)
         if owner is not None:
-            if owner == self.tensor_index.get(id(value)) or name in self.input_names:
+            if owner == self.tensor_index.get(id(value)):
+                return
+            if name in self.input_names:
+                # The model's own view of an input: it answers to the input's name, but the
+                # name (and the tensor hook) stay with the input itself.
+                self.tensor_names[self.index(value)].append(name)
                 return
             self.name_uses[name] = self.name_uses.get(name, 1) + 1
             name = f"{name}@{self.name_uses[name]}"
@@ -229,7 +235,9 @@ class _Recorder:
 
     def forward_pre_hook(self, path: str) -> Any:
         def hook(module: nn.Module, inputs: tuple[Any, ...]) -> None:
-            self.record("forward_pre", path, None, self.args("input", inputs))
+            args = self.args("input", inputs)
+            self.arguments.setdefault(path, []).append(tuple(arg.tensor for arg in args))
+            self.record("forward_pre", path, None, args)
         return hook
 
     def forward_hook(self, path: str) -> Any:
@@ -247,6 +255,7 @@ class _Recorder:
                 tuple(arg.tensor for arg in args if arg.name.startswith("input")),
                 tuple(arg.tensor for arg in args if arg.name.startswith("output")),
                 self.node_id(None if first is None else first.grad_fn),
+                self.arguments[path].pop() if self.arguments.get(path) else (),
             ))
         return hook
 

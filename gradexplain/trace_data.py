@@ -114,12 +114,17 @@ class GraphNode:
 
 @dataclass(frozen=True)
 class ModuleCall:
-    """One call of a module: what went in, what came out, and where a legacy hook would sit."""
+    """One call of a module: what went in, what came out, and where a legacy hook would sit.
+
+    `inputs` are the tensors forward saw (with full hooks: BackwardHookFunction views);
+    `arguments` the caller's own tensors, as the forward pre-hook saw them.
+    """
 
     module: str
     inputs: tuple[int | None, ...]
     outputs: tuple[int | None, ...]
     legacy_node: str | None  # grad_fn of the first output tensor at return, if it has one
+    arguments: tuple[int | None, ...] = ()
 
 
 @dataclass(frozen=True)
