@@ -19,7 +19,7 @@ from gradexplain.replay import Replay, RunValues
 from gradexplain.rules import local_derivatives
 from gradexplain.spec.model import ModelSpec
 from gradexplain.trace import tensor_value, trace_both
-from gradexplain.trace_data import Event, PassTrace, TensorValue
+from gradexplain.trace_data import Event, PassTrace, TensorValue, canonical_name
 from gradexplain.walk_data import (
     Check,
     Derivation,
@@ -106,9 +106,7 @@ def _labelled_event(item: EventLabels, replay: Replay) -> LabelledEvent:
 
 def _final_grads(trace: PassTrace, view: GraphView, replay: Replay) -> tuple[FinalGrad, ...]:
     """Each leaf's `.grad` after the pass, checked against the backward calls it summed."""
-    backward_runs = [run for run in trace.runs if run.kind == "backward"]
-    start = max((i for i, run in enumerate(backward_runs) if run.fresh), default=0)
-    summed = backward_runs[start:]
+    summed = trace.summed_runs(len(trace.runs))
     grads = []
     for name, value in trace.grads:
         record = trace.named(name)
@@ -152,22 +150,23 @@ def _derivations(trace: PassTrace, view: GraphView, replay: Replay) -> tuple[Der
         if id(values) in done:
             continue
         done[id(values)] = run.index
-        lines = [_line(trace, view, run.index, values, node) for node in
-                 _topological(view, trace, run.index)]
+        traced = _traced(trace, run.index)
+        lines = [_line(view, values, node, traced.get(node)) for node in
+                 _topological(view, set(traced))]
         derivations.append(Derivation(run.index, run.kind, run.of,
                                       None if values.seed is None else tensor_value(values.seed),
                                       tuple(lines)))
     return tuple(derivations)
 
 
-def _topological(view: GraphView, trace: PassTrace, run: int) -> list[str]:
+def _topological(view: GraphView, ran: set[str]) -> list[str]:
     """The nodes torch ran in this call, each after every node that feeds it (ties: graph
     order). An autograd.grad call runs only what its `wrt` needs."""
-    ran = {event.node_id for event in trace.events if event.hook == "node" and event.run == run}
     active = [node for node in view.order if node in ran]
-    waiting = {node: sum(1 for position, users in view.consumers.items()
-                         if position[0] == node for user, _ in users if user in ran)
-               for node in active}
+    waiting = dict.fromkeys(active, 0)
+    for position, users in view.consumers.items():
+        if position[0] in waiting:
+            waiting[position[0]] += sum(1 for user, _ in users if user in ran)
     ready = [node for node in active if waiting[node] == 0]
     order: list[str] = []
     while ready:
@@ -175,21 +174,21 @@ def _topological(view: GraphView, trace: PassTrace, run: int) -> list[str]:
         node = ready.pop(0)
         order.append(node)
         for child, output in view.nodes[node].next:
-            position = view.resolve((child, output))
-            if position is not None and position[0] in waiting:
-                waiting[position[0]] -= 1
-                if waiting[position[0]] == 0:
-                    ready.append(position[0])
+            target = view.resolve((child, output))
+            if target is not None and target[0] in waiting:
+                waiting[target[0]] -= 1
+                if waiting[target[0]] == 0:
+                    ready.append(target[0])
     return order
 
 
-def _line(trace: PassTrace, view: GraphView, run: int, values: RunValues,
-          node: str) -> DerivationLine:
+def _line(view: GraphView, values: RunValues, node: str,
+          traced: list[TensorValue | None] | None) -> DerivationLine:
+    """One node: `traced` is what the traced pass saw flow out of it (see `_traced`)."""
     rank = view.rank[node]
     name = view.name_of(node)
     output = _tensor_name(view, (node, 0))
     upstream = values.totals.get((rank, 0))
-    traced = _traced(trace, node, run)
     if name == ACCUMULATE:
         seen = traced[0] if traced else None
         result = None if seen is None or upstream is None else check(seen, upstream)
@@ -210,27 +209,28 @@ def _line(trace: PassTrace, view: GraphView, run: int, values: RunValues,
     return DerivationLine(name, output, _value(upstream), tuple(terms), has_rule)
 
 
-def _traced(trace: PassTrace, node: str, run: int) -> list[TensorValue | None] | None:
-    """What the traced pass saw flowing out of this node in this run: its Node hook's
-    grad_inputs, or for a leaf's AccumulateGrad what its pre-hook received."""
+def _traced(trace: PassTrace, run: int) -> dict[str, list[TensorValue | None]]:
+    """Each node torch ran in this run, with what the traced pass saw flowing out of it: its
+    Node hook's grad_inputs, or for a leaf's AccumulateGrad what its pre-hook received."""
+    found: dict[str, list[TensorValue | None]] = {}
     for event in trace.events:
-        if event.node_id != node or event.run != run:
+        if event.run != run or event.node_id is None:
             continue
         if event.hook == "node" and event.node != ACCUMULATE:
-            return [arg.value for arg in event.args if arg.name.startswith("grad_inputs")]
-        if event.hook == "node_pre" and event.node == ACCUMULATE:
-            return [arg.value for arg in event.args]
-    return None
+            found[event.node_id] = [arg.value for arg in event.args
+                                    if arg.name.startswith("grad_inputs")]
+        elif event.hook == "node_pre" and event.node == ACCUMULATE:
+            found[event.node_id] = [arg.value for arg in event.args]
+    return found
 
 
 def _tensor_name(view: GraphView, position: tuple[str, int] | None) -> str:
     """A tensor's name in the derivation: its own, or what it is a view of (`weightᵀ`)."""
     if position is None:
         return "None"
-    names = view.names.get(position)
-    if names:
-        top = [name for name in names if "." not in name.split("@")[0]]
-        return (top or names)[0]
+    own = canonical_name(view.names.get(position, []))
+    if own is not None:
+        return own
     node = view.nodes[position[0]]
     kind = VIEWS.get(node.name)
     if kind is not None and node.next and node.next[0][0] is not None:

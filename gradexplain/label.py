@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 
 from gradexplain.graphview import ACCUMULATE, Edge, GraphView, Position
-from gradexplain.trace_data import Arg, Event, ModuleCall, PassTrace, Run
+from gradexplain.trace_data import Arg, Event, ModuleCall, PassTrace, Run, canonical_name
 from gradexplain.walk_data import Layout, Meaning
 
 # Nodes whose output is a view of their single input: (kind, layout word).
@@ -214,10 +214,7 @@ class _Labeller:
         label = self.whole(run, self.view.raw_position(record.index if record else None))
         if label.site is None or label.meaning is None:
             return label
-        backward_runs = [earlier for earlier in self.trace.runs[: run.index]
-                         if earlier.kind == "backward"]
-        start = max((i for i, earlier in enumerate(backward_runs) if earlier.fresh), default=0)
-        runs = [earlier.index for earlier in backward_runs[start:]]
+        runs = [earlier.index for earlier in self.trace.summed_runs(run.index)]
         meaning = label.meaning
         if len(runs) > 1:
             text = f"{short_name(leaf)}.grad = Σ of {len(runs)} backward calls' {meaning.text}"
@@ -360,9 +357,9 @@ def _tensor_rank(items: tuple[int | None, ...], index: int) -> int:
 
 
 def _canonical(names: list[str]) -> str:
-    """The top-level name if the tensor has one, else the first module-qualified one."""
-    top = [name for name in names if "." not in name.split("@")[0]]
-    return (top or names)[0]
+    found = canonical_name(names)
+    assert found is not None, "called for named tensors only"
+    return found
 
 
 def _aliases(names: list[str], canonical: str) -> tuple[str, ...]:

@@ -42,6 +42,7 @@ from gradexplain.trace_data import (
     TensorRecord,
     TensorValue,
     Warning_,
+    canonical_name,
 )
 
 Node = Any  # torch.autograd.graph.Node: C++ node classes without a usable static type
@@ -124,9 +125,7 @@ class _Recorder:
 
     def canonical(self, index: int) -> str:
         """The top-level name if the tensor has one, else the first module-qualified one."""
-        names = self.tensor_names[index]
-        top = [name for name in names if "." not in name]
-        return (top or names or [f"tensor#{index}"])[0]
+        return canonical_name(self.tensor_names[index]) or f"tensor#{index}"
 
     def named(self, name: str, value: Any, hooks: ExitStack) -> None:
         """A step (or argument, or leaf) gave `value` a name; hook it the first time we see it.

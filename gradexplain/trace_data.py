@@ -7,6 +7,7 @@ which is what lets a run be saved once and rendered many ways.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Literal
 
 Nested = float | int | bool | list["Nested"]
@@ -158,7 +159,29 @@ class PassTrace:
     warnings: tuple[Warning_, ...]
 
     def named(self, name: str) -> TensorRecord | None:
+        return self._by_name.get(name)
+
+    @cached_property
+    def _by_name(self) -> dict[str, TensorRecord]:
+        """Each name's first record: a view of an input answers to the input's name too."""
+        found: dict[str, TensorRecord] = {}
         for record in self.tensors:
-            if name in record.names:
-                return record
-        return None
+            for name in record.names:
+                found.setdefault(name, record)
+        return found
+
+    def summed_runs(self, upto: int) -> list[Run]:
+        """The backward runs whose gradients `.grad` holds after run `upto`: back to the last
+        one that started from an empty (or zeroed) `.grad`."""
+        backward = [run for run in self.runs[:upto] if run.kind == "backward"]
+        start = max((i for i, run in enumerate(backward) if run.fresh), default=0)
+        return backward[start:]
+
+
+def canonical_name(names: list[str] | tuple[str, ...]) -> str | None:
+    """A tensor's canonical name: the top-level one if it has one (no module path), else the
+    first module-qualified one; None for a tensor without names."""
+    top = [name for name in names if "." not in name]
+    if top:
+        return top[0]
+    return names[0] if names else None
