@@ -35,3 +35,16 @@ class MyModule2(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         result: torch.Tensor = self.activation(self.l(x))
         return result
+
+
+class TwoModules(nn.Module):
+    """specs/two_modules.yaml's top level: `y = module(x)`, then `z = module2(y)`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.module = MyModule()
+        self.module2 = MyModule2()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        result: torch.Tensor = self.module2(self.module(x))
+        return result

@@ -16,23 +16,10 @@ from gradexplain.errors import SpecRunError
 from gradexplain.spec import load_spec, load_spec_text
 from gradexplain.trace import trace, trace_both
 from gradexplain.trace_data import Mode, PassTrace
-from tests.articles import MyModule, MyModule2
+from tests.articles import TwoModules
 from tests.conftest import SPECS
 
 Call = tuple[str, str, list[Any]]
-
-
-class Top(nn.Module):
-    """The spec's top level: module then module2, as `forward: [y = module(x), z = module2(y)]`."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.module = MyModule()
-        self.module2 = MyModule2()
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        result: torch.Tensor = self.module2(self.module(x))
-        return result
 
 
 def values(items: Any) -> list[Any]:
@@ -42,7 +29,7 @@ def values(items: Any) -> list[Any]:
 def plain_module_calls(mode: str) -> list[Call]:
     """Every module hook call of the article's example, hooked by hand."""
     calls: list[Call] = []
-    top = Top()
+    top = TwoModules()
     handles = []
     for path, module in top.named_modules():
         def pre(m: nn.Module, inputs: Any, path: str = path) -> None:
@@ -117,7 +104,7 @@ def test_tensor_and_leaf_hooks_follow_torchs_order() -> None:
     # Plain torch: tensor hooks on x, p, W, y, t, z and post-accumulate hooks on the leaves,
     # in the article's code without module hooks; our legacy pass must show the same subsequence.
     log: list[tuple[str, str, Any]] = []
-    top = Top()
+    top = TwoModules()
     x = torch.tensor(5.0, requires_grad=True)
     leaves = {"x": x, "module.p": top.module.p, "module2.l.weight": top.module2.l.weight}
     for name, leaf in leaves.items():
@@ -152,7 +139,7 @@ def test_node_hooks_come_in_pairs_around_each_node() -> None:
 
 
 def test_grads_match_plain_backward() -> None:
-    top = Top()
+    top = TwoModules()
     x = torch.tensor(5.0, requires_grad=True)
     top(x).backward()
     plain = {"x": x.grad, "module.p": top.module.p.grad,

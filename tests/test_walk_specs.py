@@ -17,7 +17,7 @@ import pytest
 import torch
 from torch import nn
 
-from tests.articles import MyModule, MyModule2
+from tests.articles import MyModule, MyModule2, TwoModules
 from tests.conftest import SPECS
 from tests.walkjson import (
     MODES,
@@ -474,19 +474,6 @@ def test_two_modules_forward_values_match_torch(
             assert item["meaning"] is None and item["check"] is None
 
 
-class _Top(nn.Module):
-    """The spec's top level in plain torch: `y = module(x)`, `z = module2(y)`."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.module = MyModule()
-        self.module2 = MyModule2()
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        result: torch.Tensor = self.module2(self.module(x))
-        return result
-
-
 def plain_node_calls(mode: str) -> list[tuple[str, str, list[Any]]]:
     """Node pre-hook and hook calls of the article's model with every module hooked as `mode`."""
     import warnings
@@ -494,7 +481,7 @@ def plain_node_calls(mode: str) -> list[tuple[str, str, list[Any]]]:
     def values(items: tuple[Any, ...]) -> list[Any]:
         return [None if item is None else item.detach().tolist() for item in items]
 
-    top = _Top()
+    top = TwoModules()
     handles = []
     for module in top.modules():
         with warnings.catch_warnings():
