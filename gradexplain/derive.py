@@ -17,6 +17,7 @@ from gradexplain.graphview import ACCUMULATE, GraphView
 from gradexplain.label import VIEWS, EventLabels, label_pass, short_name
 from gradexplain.replay import Replay, RunValues
 from gradexplain.rules import local_derivatives
+from gradexplain.session import Session, forward_steps
 from gradexplain.spec.model import ModelSpec
 from gradexplain.trace import tensor_value, trace_both
 from gradexplain.trace_data import Event, PassTrace, TensorValue, canonical_name
@@ -38,8 +39,19 @@ ABSOLUTE_TOLERANCE = 1e-5
 RELATIVE_TOLERANCE = 1e-4
 
 
+def capture(spec: ModelSpec, spec_path: str, spec_text: str) -> Session:
+    """Everything a renderer needs about the spec's run, to render now or save for later."""
+    result, traces = _walk(spec, spec_path)
+    return Session(spec_text, tuple(item.name for item in spec.inputs), forward_steps(spec),
+                   traces, result)
+
+
 def walk(spec: ModelSpec, spec_path: str) -> Walk:
     """Run the spec's two passes and everything walk shows about them."""
+    return _walk(spec, spec_path)[0]
+
+
+def _walk(spec: ModelSpec, spec_path: str) -> tuple[Walk, tuple[PassTrace, ...]]:
     legacy, full = trace_both(spec)
     labelled = [label_pass(trace) for trace in (legacy, full)]
     view, _ = labelled[0]
@@ -56,7 +68,7 @@ def walk(spec: ModelSpec, spec_path: str) -> Walk:
         passes=passes,
         derivations=_derivations(legacy, view, replay),
         interventions=len(spec.interventions),
-    )
+    ), (legacy, full)
 
 
 def check(value: TensorValue | None, expected: torch.Tensor) -> Check:
@@ -101,7 +113,7 @@ def _labelled_event(item: EventLabels, replay: Replay) -> LabelledEvent:
             result = check(arg.value, replay.expected(label.site, arg.value.shape))
         args.append(LabelledArg(arg.name, arg.value, label.meaning, result))
     return LabelledEvent(event.seq, event.phase, event.run, event.hook, event.target,
-                         event.node, tuple(args), item.why)
+                         event.node, tuple(args), item.why, item.call)
 
 
 def _final_grads(trace: PassTrace, view: GraphView, replay: Replay) -> tuple[FinalGrad, ...]:
@@ -256,4 +268,4 @@ def _value(tensor: torch.Tensor | None) -> TensorValue | None:
     return None if tensor is None else tensor_value(tensor)
 
 
-__all__ = ["check", "walk"]
+__all__ = ["capture", "check", "walk"]

@@ -130,3 +130,13 @@ class SpecLimitError(SpecError):
     """A spec over a size bound: file size, nesting depth, number of steps, tensor elements."""
 
     kind = "too large"
+
+
+class SessionError(BadInput):
+    """A saved session (`walk --save`) that cannot be loaded: not JSON, another schema, or a
+    value of the wrong kind at some key path."""
+
+    def __init__(self, file: str, message: str, path: tuple[str | int, ...] = ()) -> None:
+        where = Location(file, path=path).key_path()
+        super().__init__(f"{file}: not a usable gradexplain session"
+                         f"{f' at {where}' if where else ''}: {message}")

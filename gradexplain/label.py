@@ -66,6 +66,7 @@ class EventLabels:
     event: Event
     labels: tuple[Label, ...]
     why: str | None
+    call: int | None = None  # for module backward hooks: the index of the ModuleCall it serves
 
 
 def label_pass(trace: PassTrace) -> tuple[GraphView, list[EventLabels]]:
@@ -110,7 +111,20 @@ class _Labeller:
             return EventLabels(event, tuple(NO_LABEL for _ in event.args), None)
         run = self.trace.runs[event.run - 1]
         labels = tuple(self.arg(event, run, arg) for arg in event.args)
-        return EventLabels(event, labels, self.why(event))
+        return EventLabels(event, labels, self.why(event), self.call_of(event))
+
+    def call_of(self, event: Event) -> int | None:
+        """Which call of its module a backward hook serves: a legacy hook the call whose last
+        node it sits on, a full hook the call whose wrappers it sits on."""
+        if event.hook == "backward":
+            for index, call in enumerate(self.trace.calls):
+                if call.module == event.target and call.legacy_node == event.node_id:
+                    return index
+        elif event.hook in ("full_backward_pre", "full_backward"):
+            served, _, _ = self.full_call(event)
+            if served is not None:
+                return self.trace.calls.index(served)
+        return None
 
     def arg(self, event: Event, run: Run, arg: Arg) -> Label:
         if arg.value is None:

@@ -365,6 +365,7 @@ class _Recorder:
                 index, tuple(self.tensor_names[index]), tuple(tensor.shape),
                 tensor.requires_grad, tensor.is_leaf, self.node_ids.get(node),
                 tensor.output_nr if tensor.grad_fn is not None else 0,
+                tensor_value(tensor) if self.tensor_names[index] else None,
             ))
         graph = tuple(
             GraphNode(

@@ -101,6 +101,7 @@ class TensorRecord:
     is_leaf: bool
     node: str | None  # graph node id of its grad_fn (or of its AccumulateGrad for a leaf)
     output_nr: int
+    value: TensorValue | None = None  # its forward value, for named tensors
 
 
 @dataclass(frozen=True)

@@ -49,7 +49,11 @@ class LabelledArg:
 
 @dataclass(frozen=True)
 class LabelledEvent:
-    """One hook call with its arguments labelled; `why` says where a legacy hook sits and why."""
+    """One hook call with its arguments labelled; `why` says where a legacy hook sits and why.
+
+    `call` is, for module backward hooks, the index of the module call (PassTrace.calls) it
+    serves: how `diff` pairs a legacy call with the full one of the same forward call.
+    """
 
     seq: int
     phase: Phase
@@ -59,6 +63,7 @@ class LabelledEvent:
     node: str | None
     args: tuple[LabelledArg, ...]
     why: str | None = None
+    call: int | None = None
 
 
 @dataclass(frozen=True)

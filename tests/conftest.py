@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -10,6 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from gradexplain.session import Session
 
 REPO = Path(__file__).resolve().parent.parent
 SPECS = REPO / "specs"
@@ -47,3 +50,13 @@ def write_spec(tmp_path: Path) -> Callable[[str, str], Path]:
         return path
 
     return write
+
+
+@functools.cache
+def captured(spec_file: str) -> Session:
+    """One capture per spec for the whole test run: the renderers' tests all read it."""
+    from gradexplain.derive import capture
+    from gradexplain.spec import load_spec
+
+    path = SPECS / spec_file
+    return capture(load_spec(path), f"specs/{spec_file}", path.read_text(encoding="utf-8"))
