@@ -48,3 +48,18 @@ class TwoModules(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         result: torch.Tensor = self.module2(self.module(x))
         return result
+
+
+def two_modules_in_torch() -> dict[str, torch.Tensor]:
+    """The article's model run by hand: every gradient the walk reports, from torch itself."""
+    model = TwoModules()
+    x = torch.tensor(5.0, requires_grad=True)
+    y = model.module(x)
+    y.retain_grad()
+    t = model.module2.l(y)
+    t.retain_grad()
+    z = model.module2.activation(t)
+    z.backward()
+    found = {"x": x.grad, "y": y.grad, "t": t.grad, "module.p": model.module.p.grad,
+             "module2.l.weight": model.module2.l.weight.grad, "y value": y, "z value": z}
+    return {name: value.detach() for name, value in found.items() if value is not None}

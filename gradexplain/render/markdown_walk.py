@@ -1,0 +1,319 @@
+"""`walk --format markdown` and the walk sections of `report`: the chain rule, each pass's hook
+timeline with every argument labelled and checked, the final `.grad`s, torch's warnings, the
+checks; and the forward values of a session. GitHub markdown as a string, never printed.
+
+Mirrors render/text_walk.py section for section; numbers go through fmt, formulas through
+render/latex.py, markdown syntax through render/markdown.py. No torch here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from gradexplain.graphview import ACCUMULATE
+from gradexplain.render.fmt import fmt, fmt_shape, fmt_value
+from gradexplain.render.latex import formula_latex, tensor_latex
+from gradexplain.render.markdown import (
+    blocks,
+    bold,
+    bullets,
+    code,
+    escape,
+    heading,
+    italic,
+    math,
+    table,
+)
+from gradexplain.session import Session
+from gradexplain.trace_data import TensorValue, canonical_name
+from gradexplain.walk_data import (
+    Check,
+    Derivation,
+    DerivationLine,
+    Failure,
+    LabelledArg,
+    LabelledEvent,
+    PassWalk,
+    Term,
+    Walk,
+)
+
+PASS_HOOKS = {
+    "legacy": "`register_backward_hook` on every module",
+    "full": "`register_full_backward_pre_hook` and `register_full_backward_hook` on every module",
+}
+TIMELINE_HEADERS = ("#", "hook", "target", "node", "argument", "derivative", "value", "check")
+
+
+def walk_markdown(walk: Walk, level: int = 2) -> str:
+    """The whole walk: a header paragraph, then the sections "Chain rule", "Hook timeline: legacy
+    pass", "Hook timeline: full pass" and "Checks" with headings at `level`."""
+    return blocks(
+        _header(walk),
+        heading(level, "Chain rule"),
+        derivation_markdown(walk, level + 1),
+        timeline_markdown(walk, level),
+        heading(level, "Checks"),
+        checks_markdown(walk, level + 1),
+    )
+
+
+def check_cell(check: Check | None) -> str:
+    """✓, or a failure no reader can miss; empty where nothing was checked."""
+    if check is None:
+        return ""
+    if check.verified:
+        return "✓"
+    return f"✗ {bold('FAILED')} (error {fmt(check.max_abs_err)})"
+
+
+def value_cell(value: TensorValue | None) -> str:
+    """A tensor as fmt_value shows it, in a code span: monospace keeps the digits aligned."""
+    return code(fmt_value(value))
+
+
+def _header(walk: Walk) -> str:
+    parts = [f"{bold(escape(walk.name))} · {code(walk.spec)} · torch {escape(walk.torch)}"]
+    if walk.about:
+        parts.append(escape(walk.about, block=True))
+    if walk.interventions:
+        parts.append(_alert("NOTE", f"The spec declares {fmt(walk.interventions)} "
+                                    "intervention(s); walk shows the gradients without them."))
+    failures = walk.failures()
+    if failures:
+        parts.append(_alert("CAUTION", f"{bold(_failed_count(walk, failures))}: these labels "
+                                       "are wrong or the run differs; every failure is listed "
+                                       "under Checks."))
+    return blocks(*parts)
+
+
+def _alert(kind: str, body: str) -> str:
+    """A GitHub alert box (`> [!CAUTION]`); elsewhere it reads as a plain block quote."""
+    return "\n".join([f"> [!{kind}]", *(f"> {line}" if line else ">"
+                                         for line in body.split("\n"))])
+
+
+# --- chain rule ------------------------------------------------------------------------------
+
+
+def derivation_markdown(walk: Walk, level: int = 3) -> str:
+    """The body of a "Chain rule" section: one sub-section per backward or autograd.grad call,
+    headed at `level`."""
+    intro = ("One item per autograd node, from the output back to every leaf: the gradient "
+             "$g$ arriving at the node, then, for each of its inputs, the node's local rule "
+             "applied to $g$, the value, and whether it matches what the node's own hook saw.")
+    if not walk.derivations:
+        return "No backward or autograd.grad call ran."
+    return blocks(intro, *(_derivation(derivation, level) for derivation in walk.derivations))
+
+
+def _derivation(derivation: Derivation, level: int) -> str:
+    call = "backward" if derivation.kind == "backward" else "autograd.grad"
+    title = f"Run {fmt(derivation.run)}: {call} of {code(derivation.of)}"
+    seed = (f"Seed gradient: {value_cell(derivation.seed)}."
+            if derivation.seed is not None else "")
+    items = [_derivation_line(derivation.of, number, line)
+             for number, line in enumerate(derivation.lines, start=1)]
+    return blocks(heading(level, title), seed, "\n".join(items))
+
+
+def _derivation_line(of: str, number: int, line: DerivationLine) -> str:
+    upstream = math(rf"g = {_partial(of, line.output)}")
+    made = "leaf" if line.node == ACCUMULATE else "made"
+    head = (f"{number}. {code(display_node(line.node))} ({made} {math(tensor_latex(line.output))})"
+            f": {upstream} = {value_cell(line.upstream)}")
+    if not line.has_rule:
+        head += " " + italic("(no rule for this node type: the generic vector-Jacobian product, "
+                             "checked all the same)")
+    # Nested items must be indented past `10. `, not just `1. `, to stay inside the item.
+    indent = " " * len(f"{number}. ")
+    return "\n".join([head, *(f"{indent}- {_term(of, term)}" for term in line.terms)])
+
+
+def _term(of: str, term: Term) -> str:
+    check = check_cell(term.check)
+    mark = f" {check}" if check else ""
+    formula = formula_latex(term.local)
+    if "+=" in term.local:
+        # AccumulateGrad's rule is a statement, not a derivative: say what it adds.
+        return f"{math(formula)}: adds {value_cell(term.value)}{mark}"
+    return f"{math(f'{_partial(of, term.wrt)} = {formula}')} = {value_cell(term.value)}{mark}"
+
+
+def _partial(of: str, wrt: str) -> str:
+    return rf"\frac{{\partial {tensor_latex(of)}}}{{\partial {tensor_latex(wrt)}}}"
+
+
+def display_node(name: str) -> str:
+    """`torch::autograd::AccumulateGrad` reads as `AccumulateGrad`."""
+    return name.removeprefix("torch::autograd::")
+
+
+# --- one pass --------------------------------------------------------------------------------
+
+
+def timeline_markdown(walk: Walk, level: int = 2, warnings: bool = True) -> str:
+    """Every pass's section (see pass_markdown), each headed at `level`; the report lists
+    torch's warnings in a section of their own (`warnings=False`)."""
+    if not walk.passes:
+        return "No pass was selected."
+    return blocks(*(pass_markdown(walk_pass, level, warnings) for walk_pass in walk.passes))
+
+
+def pass_markdown(walk_pass: PassWalk, level: int = 2, warnings: bool = True) -> str:
+    """"Hook timeline: <mode> pass" headed at `level`: one table row per hook argument, where
+    the legacy hooks sit, then the final `.grad`s and torch's warnings a level below."""
+    mode = walk_pass.mode
+    intro = (f"{PASS_HOOKS[mode]}; both passes also hook every module's forward, every named "
+             "tensor, every leaf and every autograd node. One row per hook argument, in the "
+             "order the hooks ran.")
+    parts = [heading(level, f"Hook timeline: {mode} pass"), intro]
+    if walk_pass.events:
+        parts.append(timeline_table(walk_pass.events))
+    else:
+        parts.append("No hook events (all filtered out).")
+    whys = [f"{code('#' + fmt(event.seq))} {_target(event)}: {escape(event.why)}"
+            for event in walk_pass.events if event.why]
+    if whys:
+        parts += [f"Where each legacy hook sits ({fmt(len(whys))} module backward hooks):",
+                  bullets(whys)]
+    if walk_pass.grads:
+        rows = [[code(grad.name), value_cell(grad.value), check_cell(grad.check)]
+                for grad in walk_pass.grads]
+        parts += [heading(level + 1, f"Final .grad: {mode} pass"),
+                  "The `.grad` of every leaf after the pass.",
+                  table(["leaf", ".grad", "check"], rows)]
+    if warnings and walk_pass.warnings:
+        rows = [[_warning_module(warning.module), warning.phase,
+                 code(warning.category), escape(warning.message), fmt(warning.count)]
+                for warning in walk_pass.warnings]
+        parts += [heading(level + 1, f"Torch's warnings: {mode} pass"),
+                  "Each shown once per module and message, with how often it came.",
+                  table(["module", "phase", "category", "message", "count"], rows,
+                        (None, None, None, None, "right"))]
+    return blocks(*parts)
+
+
+def timeline_table(events: Sequence[LabelledEvent]) -> str:
+    """One row per hook argument; an event's hook, target and node only on its first row, and
+    an event without arguments still gets a row."""
+    rows: list[list[str]] = []
+    for event in events:
+        first = [fmt(event.seq), code(event.hook), _target(event),
+                 code(display_node(event.node)) if event.node else ""]
+        if not event.args:
+            rows.append(first + [italic("(no arguments)"), "", "", ""])
+        for index, arg in enumerate(event.args):
+            lead = first if index == 0 else ["", "", "", ""]
+            rows.append(lead + _arg_cells(event, arg))
+    return table(TIMELINE_HEADERS, rows, ("right", None, None, None, None, None, None, None))
+
+
+def _arg_cells(event: LabelledEvent, arg: LabelledArg) -> list[str]:
+    if arg.meaning is not None:
+        derivative = math(arg.meaning.latex)
+        if arg.meaning.modified:
+            derivative += " " + italic("(modified by an intervention)")
+    else:
+        derivative = "forward value" if event.phase == "forward" else ""
+    return [code(arg.name), derivative, value_cell(arg.value), check_cell(arg.check)]
+
+
+def _target(event: LabelledEvent) -> str:
+    return code(event.target) if event.target else italic("the model")
+
+
+def _warning_module(module: str | None) -> str:
+    if module is None:
+        return italic("the run")
+    return code(module) if module else italic("the model")
+
+
+# --- checks ----------------------------------------------------------------------------------
+
+
+def checks_markdown(walk: Walk, level: int = 3) -> str:
+    """The body of a "Checks" section: how many checks were verified, per kind and pass, and
+    every failure, loudly, under a "Failed checks" heading at `level`."""
+    counted = _tallies(walk)
+    verified = sum(good for _, good, _ in counted)
+    total = sum(count for _, _, count in counted)
+    rows = [[what, fmt(good), fmt(count), fmt(count - good)] for what, good, count in counted]
+    rows.append([bold("all"), bold(fmt(verified)), bold(fmt(total)), bold(fmt(total - verified))])
+    intro = ("Every label, chain-rule term and final `.grad` above is computed again in a "
+             "hook-free run of an identical build (`torch.autograd.grad` of the same output with "
+             "the same seed gradient) and compared.")
+    parts = [intro,
+             table(["checked", "verified", "of", "failed"], rows,
+                   (None, "right", "right", "right"))]
+    failures = walk.failures()
+    if failures:
+        lines = [bold(_failed_count(walk, failures)) +
+                 ": these labels are wrong or the run differs.", "",
+                 *(f"- {_failure(failure)}" for failure in failures)]
+        parts += [heading(level, "Failed checks"), _alert("CAUTION", "\n".join(lines))]
+    else:
+        parts.append(f"✓ All {fmt(total)} checks verified against a hook-free run of the same "
+                     "spec.")
+    return blocks(*parts)
+
+
+def _tallies(walk: Walk) -> list[tuple[str, int, int]]:
+    """(what, verified, checked) per pass and kind, then for the chain rule."""
+    groups: list[tuple[str, list[Check | None]]] = []
+    for walk_pass in walk.passes:
+        groups.append((f"{walk_pass.mode} pass: hook arguments",
+                       [arg.check for event in walk_pass.events for arg in event.args]))
+        groups.append((f"{walk_pass.mode} pass: final .grad",
+                       [grad.check for grad in walk_pass.grads]))
+    groups.append(("chain rule terms", [term.check for derivation in walk.derivations
+                                        for line in derivation.lines for term in line.terms]))
+    counted = []
+    for what, checks in groups:
+        done = [check for check in checks if check is not None]
+        counted.append((what, sum(1 for check in done if check.verified), len(done)))
+    return counted
+
+
+def _failed_count(walk: Walk, failures: Sequence[Failure]) -> str:
+    total = sum(count for _, _, count in _tallies(walk))
+    return f"✗ {fmt(len(failures))} of {fmt(total)} checks FAILED"
+
+
+def _failure(failure: Failure) -> str:
+    mode = f"{failure.mode} pass, " if failure.mode else ""
+    expected = value_cell(failure.check.expected)
+    return (f"✗ {mode}{code(failure.where)}: claimed {escape(failure.claim)}; the hook-free run "
+            f"gives {expected} (error {fmt(failure.check.max_abs_err)})")
+
+
+# --- forward values --------------------------------------------------------------------------
+
+
+def forward_values_markdown(session: Session, level: int = 3) -> str:
+    """The body of a "Forward values" section: the named tensors of the forward, in the order
+    the run met them (legacy pass). The caller titles the section; `level` is for headings
+    inside it, of which there are none yet."""
+    trace = session.trace("legacy") or (session.traces[0] if session.traces else None)
+    if trace is None:
+        return "No forward was recorded."
+    rows: list[list[str]] = []
+    for record in trace.tensors:
+        name = canonical_name(record.names)
+        if record.value is None or name is None:
+            continue
+        others = ", ".join(code(other) for other in record.names if other != name)
+        rows.append([code(name), others, code(fmt_shape(record.shape)),
+                     "yes" if record.requires_grad else "no", "yes" if record.is_leaf else "no",
+                     value_cell(record.value)])
+    if not rows:
+        return "The forward recorded no named tensor values."
+    intro = (f"The named tensors of the forward ({trace.mode} pass), in the order the run met "
+             "them; other names are the same tensor as a module argument or output.")
+    return blocks(intro, table(
+        ["tensor", "other names", "shape", "requires grad", "leaf", "value"], rows))
+
+
+__all__ = ["check_cell", "checks_markdown", "derivation_markdown", "display_node",
+           "forward_values_markdown", "pass_markdown", "timeline_markdown", "timeline_table",
+           "value_cell", "walk_markdown"]

@@ -1,0 +1,473 @@
+"""`walk --format markdown`: well-formed GitHub markdown for every spec, every hook argument a
+table row, the numbers torch's own (computed here in plain torch), failures loud; plus the
+building blocks (render/markdown.py, render/latex.py) and the checker itself (tests/mdcheck.py),
+which must reject what GitHub would render broken."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import cast
+
+import pytest
+import torch
+
+from gradexplain.render.fmt import fmt, fmt_nested
+from gradexplain.render.latex import PROSE, formula_latex, tensor_latex
+from gradexplain.render.markdown import code, escape, math, table
+from gradexplain.render.markdown_walk import (
+    TIMELINE_HEADERS,
+    forward_values_markdown,
+    walk_markdown,
+)
+from gradexplain.rules import RULES, local_derivatives
+from gradexplain.trace_data import Nested
+from gradexplain.walk_data import Check, Walk
+from tests.articles import two_modules_in_torch
+from tests.conftest import SPECS, captured
+from tests.mdcheck import (
+    assert_latex_well_formed,
+    assert_markdown_well_formed,
+    math_spans,
+    parse,
+    section,
+    tables,
+    walk_tokens,
+)
+
+SPEC_PATHS = sorted(SPECS.glob("*.yaml"))
+
+
+def shown(tensor: torch.Tensor | None) -> str:
+    """How the markdown shows a (small) tensor: fmt'd numbers in a code span."""
+    assert tensor is not None
+    return code(fmt_nested(cast(Nested, tensor.tolist())))
+
+
+Row = dict[str, str]
+
+
+def timeline(text: str, mode: str) -> list[Row]:
+    """The pass's timeline rows, each with its event's #, hook, target and node filled in
+    (the markdown leaves them blank on an event's later rows)."""
+    headers, rows = tables(section(text, f"Hook timeline: {mode} pass"))[0]
+    assert tuple(headers) == TIMELINE_HEADERS
+    found: list[Row] = []
+    event: list[str] = []
+    for row in rows:
+        if row[0]:
+            event = row[:4]
+        assert event, "the first row of the table starts an event"
+        found.append(dict(zip(headers, event + row[4:], strict=True)))
+    return found
+
+
+def event_rows(rows: list[Row], hook: str, target: str) -> dict[str, Row]:
+    """The rows of the first `hook` event on `target`, by argument name."""
+    seq = next(row["#"] for row in rows if row["hook"] == code(hook) and row["target"] == target)
+    return {row["argument"].strip("`"): row for row in rows if row["#"] == seq}
+
+
+def fail_arg(walk: Walk, mode: str, hook: str, target: str, arg_name: str) -> Walk:
+    """The walk with one argument's check turned into a failure (error 0.5)."""
+    passes = []
+    for walk_pass in walk.passes:
+        events = []
+        for event in walk_pass.events:
+            if walk_pass.mode == mode and event.hook == hook and event.target == target:
+                args = tuple(
+                    replace(arg, check=replace(arg.check, verified=False, max_abs_err=0.5))
+                    if arg.name == arg_name and arg.check is not None else arg
+                    for arg in event.args)
+                event = replace(event, args=args)
+            events.append(event)
+        passes.append(replace(walk_pass, events=tuple(events)))
+    return replace(walk, passes=tuple(passes))
+
+
+# --- every spec ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", SPEC_PATHS, ids=lambda path: path.stem)
+def test_every_spec_renders_well_formed_markdown(path: Path) -> None:
+    session = captured(path.name)
+    text = walk_markdown(session.walk)
+    assert_markdown_well_formed(text)
+    for title in ("Chain rule", "Hook timeline: legacy pass", "Hook timeline: full pass",
+                  "Checks"):
+        assert f"\n## {title}\n" in text
+    values = forward_values_markdown(session)
+    assert_markdown_well_formed(values)
+    assert math_spans(text), "the labels are math"
+    assert walk_markdown(session.walk) == text, "same walk, same bytes"
+
+
+@pytest.mark.parametrize("path", SPEC_PATHS, ids=lambda path: path.stem)
+def test_every_hook_argument_is_a_row_in_order(path: Path) -> None:
+    walk = captured(path.name).walk
+    text = walk_markdown(walk)
+    for walk_pass in walk.passes:
+        rows = timeline(text, walk_pass.mode)
+        expected = [(fmt(event.seq), code(arg.name)) for event in walk_pass.events
+                    for arg in event.args]
+        expected_empty = [fmt(event.seq) for event in walk_pass.events if not event.args]
+        assert len(rows) == len(expected) + len(expected_empty)
+        assert [(row["#"], row["argument"]) for row in rows
+                if row["argument"] != "_(no arguments)_"] == expected
+        assert [row["#"] for row in rows if row["argument"] == "_(no arguments)_"] == \
+            expected_empty
+        checked = [row for row in rows if row["check"]]
+        assert len(checked) == sum(1 for event in walk_pass.events for arg in event.args
+                                   if arg.check is not None)
+        assert all(row["check"] == "✓" for row in checked)
+
+
+@pytest.mark.parametrize("path", SPEC_PATHS, ids=lambda path: path.stem)
+def test_every_legacy_hook_says_where_it_sits(path: Path) -> None:
+    walk = captured(path.name).walk
+    legacy = section(walk_markdown(walk), "Hook timeline: legacy pass")
+    whys = [event for walk_pass in walk.passes for event in walk_pass.events
+            if walk_pass.mode == "legacy" and event.why]
+    assert whys, "every spec has a module with a legacy backward hook"
+    for event in whys:
+        assert f"- {code('#' + fmt(event.seq))} " in legacy
+        assert escape(event.why or "") in legacy
+
+
+# --- the classic example, against plain torch ------------------------------------------------
+
+
+def test_module2_legacy_grad_input_is_dz_dt_and_full_is_dz_dy() -> None:
+    grads = two_modules_in_torch()
+    text = walk_markdown(captured("two_modules.yaml").walk)
+    legacy = event_rows(timeline(text, "legacy"), "backward", code("module2"))
+    assert legacy["grad_input[0]"]["value"] == shown(grads["t"])
+    assert legacy["grad_input[0]"]["derivative"] == math(r"\frac{\partial z}{\partial t}")
+    assert legacy["grad_input[0]"]["check"] == "✓"
+    assert legacy["grad_input[0]"]["node"] == code("SigmoidBackward0")
+    full = event_rows(timeline(text, "full"), "full_backward", code("module2"))
+    assert full["grad_input[0]"]["value"] == shown(grads["y"])
+    assert full["grad_input[0]"]["derivative"] == math(r"\frac{\partial z}{\partial y}")
+    assert shown(grads["y"]) != shown(grads["t"]), "the two labels must be told apart"
+    module = event_rows(timeline(text, "legacy"), "backward", code("module"))
+    assert module["grad_input[0]"]["value"] == shown(grads["module.p"])
+    assert module["grad_input[1]"]["value"] == shown(grads["x"])
+
+
+def test_chain_rule_terms_are_torchs_gradients() -> None:
+    grads = two_modules_in_torch()
+    chain = section(walk_markdown(captured("two_modules.yaml").walk), "Chain rule")
+    expected = [
+        (r"\frac{\partial z}{\partial t} = g \odot \sigma(t)(1 - \sigma(t))", " = ", "t"),
+        (r"\frac{\partial z}{\partial p} = g \odot x", " = ", "module.p"),
+        (r"\frac{\partial z}{\partial x} = g \odot p", " = ", "x"),
+        (r"x.\mathrm{grad} \mathrel{+}= g", ": adds ", "x"),
+    ]
+    for latex, joint, name in expected:
+        assert f"{math(latex)}{joint}{shown(grads[name])} ✓" in chain
+    assert "### Run 1: backward of `z`" in chain
+
+
+def test_final_grads_are_torchs() -> None:
+    grads = two_modules_in_torch()
+    text = walk_markdown(captured("two_modules.yaml").walk)
+    for mode in ("legacy", "full"):
+        headers, rows = tables(section(text, f"Final .grad: {mode} pass"))[0]
+        assert headers == ["leaf", ".grad", "check"]
+        assert {row[0]: (row[1], row[2]) for row in rows} == {
+            code(name): (shown(grads[name]), "✓")
+            for name in ("x", "module.p", "module2.l.weight")}
+
+
+def test_forward_values_are_torchs() -> None:
+    grads = two_modules_in_torch()
+    headers, rows = tables(forward_values_markdown(captured("two_modules.yaml")))[0]
+    assert headers == ["tensor", "other names", "shape", "requires grad", "leaf", "value"]
+    by_name = {row[0]: row for row in rows}
+    assert list(by_name) == [code(name) for name in
+                             ("x", "module.p", "module2.l.weight", "y", "module2.t", "z")]
+    assert by_name[code("y")] == [code("y"), f"{code('module.y')}, {code('module2.x')}",
+                                  code("[2]"), "yes", "no", shown(grads["y value"])]
+    assert by_name[code("z")][5] == shown(grads["z value"])
+    assert by_name[code("x")][3:5] == ["yes", "yes"]
+
+
+def test_warnings_are_a_table() -> None:
+    walk = captured("two_modules.yaml").walk
+    legacy = next(walk_pass for walk_pass in walk.passes if walk_pass.mode == "legacy")
+    headers, rows = tables(section(walk_markdown(walk), "Torch's warnings: legacy pass"))[0]
+    assert headers == ["module", "phase", "category", "message", "count"]
+    assert len(rows) == len(legacy.warnings)
+    assert [row[0] for row in rows] == [code(w.module) if w.module else "_the model_"
+                                        for w in legacy.warnings]
+    assert all(row[2] == code("FutureWarning") and "non-full backward hook" in row[3]
+               for row in rows)
+
+
+def test_headings_follow_level() -> None:
+    text = walk_markdown(captured("two_modules.yaml").walk, level=3)
+    assert "\n### Chain rule\n" in text and "\n#### Run 1: backward of `z`\n" in text
+    assert "\n### Hook timeline: legacy pass\n" in text
+    assert "\n#### Final .grad: legacy pass\n" in text
+    assert "\n## " not in text
+
+
+def test_a_partial_label_stays_in_its_cell() -> None:
+    """label.py writes `\\Big|_{...}` for a share via one use; a bare `|` would split the row."""
+    walk = captured("two_modules.yaml").walk
+    latex = r"\frac{\partial z}{\partial y}\Big|_{\mathrm{via}\ t}"
+    passes = []
+    for walk_pass in walk.passes:
+        events = tuple(replace(event, args=tuple(
+            replace(arg, meaning=replace(arg.meaning, latex=latex, partial="t"))
+            if arg.meaning is not None else arg for arg in event.args))
+            for event in walk_pass.events)
+        passes.append(replace(walk_pass, events=events))
+    text = walk_markdown(replace(walk, passes=tuple(passes)))
+    assert_markdown_well_formed(text)
+    rows = timeline(text, "legacy")
+    assert rows[-1]["derivative"] == r"$\frac{\partial z}{\partial y}\Big\vert _{\mathrm{via}\ t}$"
+    assert rows[-1]["check"] == "✓"
+
+
+def test_render_code_does_not_import_torch() -> None:
+    code_ = ("import sys, gradexplain.render.markdown_walk, gradexplain.render.latex; "
+             "print('torch' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code_], capture_output=True, text=True,
+                          check=True, timeout=120)
+    assert done.stdout.strip() == "False"
+
+
+# --- checks ----------------------------------------------------------------------------------
+
+
+def checks_rows(text: str) -> dict[str, list[str]]:
+    headers, rows = tables(section(text, "Checks"))[0]
+    assert headers == ["checked", "verified", "of", "failed"]
+    return {row[0]: row[1:] for row in rows}
+
+
+def test_checks_count_every_check() -> None:
+    walk = captured("two_modules.yaml").walk
+    text = walk_markdown(walk)
+    rows = checks_rows(text)
+    args = sum(1 for event in walk.passes[0].events for arg in event.args if arg.check)
+    assert rows[f"{walk.passes[0].mode} pass: hook arguments"] == [fmt(args), fmt(args), "0"]
+    terms = sum(len(line.terms) for derivation in walk.derivations for line in derivation.lines)
+    assert rows["chain rule terms"] == [fmt(terms), fmt(terms), "0"]
+    total = sum(int(row[1]) for name, row in rows.items() if name != "**all**")
+    assert rows["**all**"] == [f"**{total}**", f"**{total}**", "**0**"]
+    assert f"✓ All {total} checks verified" in section(text, "Checks")
+    assert "FAILED" not in text and "[!CAUTION]" not in text
+
+
+def test_a_failed_hook_argument_is_loud() -> None:
+    walk = fail_arg(captured("two_modules.yaml").walk, "legacy", "backward", "module2",
+                    "grad_input[0]")
+    assert len(walk.failures()) == 1
+    text = walk_markdown(walk)
+    assert_markdown_well_formed(text)
+    header = text.split("\n## ")[0]
+    assert "> [!CAUTION]" in header and "✗ 1 of" in header and "FAILED" in header
+    row = event_rows(timeline(text, "legacy"), "backward", code("module2"))["grad_input[0]"]
+    assert row["check"] == "✗ **FAILED** (error 0.5)"
+    checks = section(text, "Checks")
+    assert checks_rows(text)["legacy pass: hook arguments"][2] == "1"
+    assert checks_rows(text)["**all**"][2] == "**1**"
+    failed = section(text, "Failed checks")
+    assert "> [!CAUTION]" in failed
+    assert "`#13 backward module2 grad_input[0]`: claimed ∂z/∂t; the hook-free run gives " \
+           "`[0.18746]` (error 0.5)" in failed
+    assert "✓ All" not in checks
+
+
+def test_a_failed_chain_rule_term_is_listed() -> None:
+    walk = captured("two_modules.yaml").walk
+    derivation = walk.derivations[0]
+    line = derivation.lines[0]
+    term = line.terms[0]
+    assert term.check is not None
+    broken = replace(term, check=Check(False, 0.25, term.check.expected))
+    lines = (replace(line, terms=(broken, *line.terms[1:])), *derivation.lines[1:])
+    walk = replace(walk, derivations=(replace(derivation, lines=lines),
+                                      *walk.derivations[1:]))
+    text = walk_markdown(walk)
+    assert_markdown_well_formed(text)
+    assert "(1 - \\sigma(t))$ = `[0.18746]` ✗ **FAILED** (error 0.25)" in text
+    assert checks_rows(text)["chain rule terms"][2] == "1"
+    assert "derivation of run 1, SigmoidBackward0" in section(text, "Failed checks")
+
+
+# --- formulas --------------------------------------------------------------------------------
+
+# Operand names as derive.py writes them, and how each must come out in LaTeX.
+OPERANDS = {
+    "t": "t",
+    "x1": "x_{1}",
+    "(weightᵀ)": r"(\mathrm{weight}^{\top})",
+    "z:mul": r"\mathrm{z{:}mul}",
+    "y@2": "y^{(2)}",
+    "sum#3": r"\mathrm{sum\#3}",
+    "x_temp": r"\mathrm{x\_temp}",
+    "(t (reshaped))": r"(t\text{ (reshaped)})",
+}
+NAME_SETS = [["t", "x1", "z:mul"], ["(weightᵀ)", "y@2", "sum#3"], ["x_temp", "(t (reshaped))"]]
+
+
+@pytest.mark.parametrize("node", sorted(RULES) + ["FooBackward0", "torch::autograd::CopySlices"])
+def test_formula_latex_converts_every_rule(node: str) -> None:
+    for names in NAME_SETS:
+        formulas, has_rule = local_derivatives(node, names, names[0])
+        assert has_rule == (node in RULES)
+        for formula in formulas:
+            latex = formula_latex(formula)
+            assert latex.isascii(), f"{formula!r} left {latex!r}"
+            assert_latex_well_formed(latex)
+            for name, expected in OPERANDS.items():
+                if name in formula:
+                    # A square root's braces replace its operand's parentheses.
+                    root = rf"\sqrt{{{expected.removeprefix('(').removesuffix(')')}}}"
+                    assert expected in latex or root in latex, \
+                        f"{name!r} in {formula!r} became {latex!r}"
+            prose = " ".join(re.findall(r"\\text\{([^{}]*)\}", latex))
+            for word in re.findall(r"[A-Za-z]+", formula):
+                if word in PROSE:
+                    assert word in re.findall(r"[A-Za-z]+", prose), \
+                        f"{word!r} is not \\text in {latex!r}"
+            assert_markdown_well_formed(table(["formula"], [[math(latex)]]))
+
+
+@pytest.mark.parametrize("formula, expected", [
+    ("g ⊙ σ(t)(1 − σ(t))", r"g \odot \sigma(t)(1 - \sigma(t))"),
+    ("g · weightᵀ", r"g \cdot \mathrm{weight}^{\top}"),
+    ("(weightᵀ)ᵀ · g", r"(\mathrm{weight}^{\top})^{\top} \cdot g"),
+    ("Σ_rows g", r"\sum_{\text{rows}} g"),
+    ("g ⊙ n·xⁿ⁻¹", r"g \odot n\cdot x^{n-1}"),
+    ("g reshaped to t's shape", r"g\text{ reshaped to }t\text{'s shape}"),
+    ("t.grad += g", r"t.\mathrm{grad} \mathrel{+}= g"),
+    ("g / (2√x)", r"g / (2\sqrt{x})"),
+    ("g ⊙ (1 − tanh²(h))", r"g \odot (1 - \tanh^{2}(h))"),
+    ("g ⊙ c (the number)", r"g \odot c\text{ (the number)}"),
+    ("J_MyBackward0ᵀ g (input 1)", r"J_{\text{MyBackward0}}^{\top} g\text{ (input 1)}"),
+    ("y@2ᵀ · g", r"{y^{(2)}}^{\top} \cdot g"),
+    ("Σ g ⊙ x̂", r"\sum g \odot \hat{x}"),
+    ("weightᵀ", r"\mathrm{weight}^{\top}"),
+])
+def test_formula_latex_examples(formula: str, expected: str) -> None:
+    assert formula_latex(formula) == expected
+    assert_latex_well_formed(expected)
+
+
+def test_tensor_latex_uses_the_short_name() -> None:
+    assert tensor_latex("module2.t") == "t"
+    assert tensor_latex("module2.l.weight") == r"\mathrm{weight}"
+    assert tensor_latex("t (reshaped)") == r"t\text{ (reshaped)}"
+
+
+# --- the building blocks ---------------------------------------------------------------------
+
+
+def plain(markdown: str) -> str:
+    """What a reader sees of one line of inline markdown: its text, escapes resolved."""
+    return "".join(token.content for token in walk_tokens(parse(markdown))
+                   if token.type in ("text", "text_special", "code_inline", "math_inline"))
+
+
+@pytest.mark.parametrize("text", [
+    "p * x and y_1 * w_2", "<model>", "[0.5](x)", "# not a heading", "a | b", "$5 and $6",
+    "- not a list", "1. not a list", "`tick`", "~~no~~", "back\\slash", "&amp;", "!(x)",
+    "_em_ and __strong__", "grad_input[0] of x_temp", "snake_case *b*",
+])
+def test_escape_shows_the_text_itself(text: str) -> None:
+    markdown = escape(text, block=True)
+    assert plain(markdown) == text
+    assert_markdown_well_formed(markdown)
+    assert [token.type for token in parse(markdown)] == [
+        "paragraph_open", "inline", "paragraph_close"]
+
+
+def test_escape_keeps_urls_clickable() -> None:
+    url = "https://docs.pytorch.org/docs/main/generated/torch.nn.Module.html#torch.nn.Module.x_y"
+    tokens = list(walk_tokens(parse(escape(f"See {url}."))))
+    assert [token.attrs.get("href") for token in tokens if token.type == "link_open"] == [url]
+
+
+@pytest.mark.parametrize("text", ["plain", "a`b", "``x``", "`edge`", "a | b", " spaced "])
+def test_code_is_verbatim(text: str) -> None:
+    spans = [token.content for token in walk_tokens(parse(code(text)))
+             if token.type == "code_inline"]
+    assert spans == [text]
+
+
+def test_table_keeps_pipes_and_newlines_inside_cells() -> None:
+    markdown = table(["a", "b"], [["x | y", code("p|q")], ["one\ntwo", math(r"\vert x|")]])
+    assert_markdown_well_formed(markdown)
+    headers, rows = tables(markdown)[0]
+    assert headers == ["a", "b"]
+    assert rows == [["x | y", "`p|q`"], ["one<br>two", r"$\vert x\vert$"]]
+    with pytest.raises(ValueError, match="row 0 has 1 cells"):
+        table(["a", "b"], [["only one"]])
+
+
+def test_math_is_trimmed_and_table_safe() -> None:
+    assert math("  x  ") == "$x$"
+    assert math("a|b") == r"$a\vert b$"
+    assert math(r"\mathrm{mul#1}") == r"$\mathrm{mul\#1}$"
+    assert math("") == ""
+
+
+# --- the checker must be able to fail --------------------------------------------------------
+
+
+@pytest.mark.parametrize("markdown, complaint", [
+    ("| a | b |\n|---|---|\n| 1 | 2 | 3 |\n", "has 3 cells, the header 2"),
+    ("| a | b |\n|---|---|\n| $x|y$ | 2 |\n", "cells, the header 2"),
+    ("cost $ x$ here\n", "a '$' outside math"),
+    ("```py\nprint(1)\n", "never closed"),
+    ("the <model> hook\n", "raw HTML"),
+    ("| a | b |\n| 1 | 2 |\n", "looks like a table row"),
+    ("$\\frac{a}{b$\n", "unbalanced"),
+    ("| a |\n|---|\n| $\\foo$ |\n", "unknown command"),
+])
+def test_mdcheck_rejects_broken_markdown(markdown: str, complaint: str) -> None:
+    with pytest.raises(AssertionError, match=complaint.replace("$", r"\$")):
+        assert_markdown_well_formed(markdown)
+
+
+@pytest.mark.parametrize("latex, complaint", [
+    (r"\frac{a}{b", "unbalanced '{'"),
+    (r"a}", "unbalanced '}'"),
+    (r"\left( x", r"\\left without \\right"),
+    (r"{\left( x}\right)", r"\\left without \\right"),
+    (r"x \right)", r"\\right without its \\left"),
+    (r"\left x \right)", "not a delimiter"),
+    (r"\foo{x}", "unknown command"),
+    (r"x^{2}^{3}", "double superscript"),
+    (r"y^{(2)}^{\top}", "double superscript"),
+    (r"x_1_2", "double subscript"),
+    (r"\mathrm{sum#3}", "unescaped '#'"),
+    (r"a $ b", "unescaped '\\$'"),
+    ("∂z", "non-ASCII"),
+    (r"g reshaped", "'reshaped' would be set as italic"),
+    (r"x^", "ends inside"),
+])
+def test_mdcheck_rejects_broken_latex(latex: str, complaint: str) -> None:
+    with pytest.raises(AssertionError, match=complaint):
+        assert_latex_well_formed(latex)
+
+
+@pytest.mark.parametrize("latex", [
+    r"\frac{\partial z}{\partial t}",
+    r"\left(\frac{\partial z}{\partial \mathrm{weight}}\right)^{\top}",
+    r"\operatorname{reshape}\left(\frac{\partial z}{\partial t}\right)",
+    r"\frac{\partial z}{\partial t}\Big\vert _{\mathrm{via}\ y}",
+    r"\sum_{2\ \mathrm{calls}} \frac{\partial y}{\partial x}",
+    r"{y^{(2)}}^{\top}",
+    r"x_{1}^{2}",
+    r"\mathrm{z{:}mul} \text{ é}",
+])
+def test_mdcheck_accepts_good_latex(latex: str) -> None:
+    assert_latex_well_formed(latex)
