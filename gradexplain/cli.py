@@ -17,6 +17,9 @@ from gradexplain import __version__
 from gradexplain.errors import GradexplainError, UsageError
 
 if TYPE_CHECKING:
+    from rich.console import RenderableType
+
+    from gradexplain.session import Session
     from gradexplain.trace_data import HookKind, Mode
 
 app = typer.Typer(
@@ -88,6 +91,7 @@ def validate(
 class Format(str, Enum):
     text = "text"
     json = "json"
+    markdown = "markdown"
 
 
 class PassChoice(str, Enum):
@@ -108,70 +112,257 @@ class HookChoice(str, Enum):
     node = "node"
 
 
+SpecArgument = Annotated[
+    Path | None,
+    typer.Argument(help="The spec file (YAML). Leave it out when using --load.",
+                   show_default=False),
+]
+LoadOption = Annotated[
+    Path | None,
+    typer.Option("--load", help="Render a session saved by `walk --save` instead of running "
+                 "a spec (torch is not run again).", show_default=False),
+]
+FormatOption = Annotated[
+    Format, typer.Option("--format", "-f", help="text for people, json for programs, markdown "
+                         "for a GitHub page.")
+]
+ModuleOption = Annotated[
+    str | None,
+    typer.Option("--module", help="Only this module (a path such as module2 or module2.l; "
+                 "submodules included).", show_default=False),
+]
+
+
 @app.command()
 def walk(
-    spec: Annotated[Path, typer.Argument(help="The spec file (YAML).", show_default=False)],
-    output_format: Annotated[
-        Format, typer.Option("--format", "-f", help="text for people, json for programs "
-                             "(schema gradexplain.walk/1).")
-    ] = Format.text,
+    spec: SpecArgument = None,
+    output_format: FormatOption = Format.text,
     pass_: Annotated[
         PassChoice, typer.Option("--pass", help="Show the legacy pass, the full pass, or both.")
     ] = PassChoice.both,
-    module: Annotated[
-        str | None,
-        typer.Option("--module", help="Only this module's hooks and tensors (a path such as "
-                     "module2 or module2.l; submodules included)."),
-    ] = None,
+    module: ModuleOption = None,
     hook: Annotated[
         list[HookChoice] | None,
-        typer.Option("--hook", help="Only this kind of hook (repeat for several)."),
+        typer.Option("--hook", help="Only this kind of hook (repeat for several).",
+                     show_default=False),
     ] = None,
+    save: Annotated[
+        Path | None,
+        typer.Option("--save", help="Also save the whole session (both traces, every label "
+                     "and check) as JSON, for `report --load` and `diff --load`.",
+                     show_default=False),
+    ] = None,
+    load: LoadOption = None,
 ) -> None:
     """Run SPEC with every hook and say which derivative each hook argument is.
 
     Two passes on identical builds (legacy register_backward_hook, then full backward hooks),
     each with forward, tensor, post-accumulate-grad and autograd Node hooks. Every gradient
     argument is labelled from the autograd graph and checked against a hook-free run; the
-    chain rule is derived node by node. Exit 0 when every check holds, 1 when one fails,
-    2 for a bad spec or option.
+    chain rule is derived node by node. JSON output is schema gradexplain.walk/1. Exit 0 when
+    every check holds, 1 when one fails, 2 for a bad spec or option.
     """
-    from gradexplain.derive import walk as run_walk
     from gradexplain.render.select import select
-    from gradexplain.spec import load_spec
 
-    loaded = load_spec(spec)
-    if module is not None and module not in {item.path for item in loaded.root.walk()} | {
-            f"{item.path}.{layer.name}".lstrip(".") for item in loaded.root.walk()
-            for layer in item.layers}:
-        raise UsageError(f"--module {module!r}: no such module in {spec} "
-                         "(use a path such as module2 or module2.l)")
-    result = run_walk(loaded, str(spec))
+    session = _session(spec, load)
+    if save is not None:
+        from gradexplain.session import save_session
+
+        save_session(session, save)
+    _check_module(session, module)
     modes: tuple[Mode, ...] = ("legacy", "full") if pass_ is PassChoice.both else (
         ("legacy",) if pass_ is PassChoice.legacy else ("full",))
     kinds: list[HookKind] = [item.value for item in hook or []]
-    shown = select(result, modes, module, kinds)
+    shown = select(session.walk, modes, module, kinds)
     if output_format is Format.json:
-        import json
-
         from gradexplain.render.json_walk import walk_json
 
-        typer.echo(json.dumps(walk_json(shown), ensure_ascii=False, indent=1))
-    else:
-        from rich.console import Console
+        _echo_json(walk_json(shown))
+    elif output_format is Format.markdown:
+        from gradexplain.render.markdown_walk import walk_markdown
 
+        typer.echo(walk_markdown(shown), nl=False)
+    else:
         from gradexplain.render.text_walk import walk_text
 
-        if sys.stdout.isatty():
-            Console().print(walk_text(shown))
-        else:
-            # Piped or redirected: 100 columns, no colour, no trailing padding on any line.
-            console = Console(width=100, no_color=True, color_system=None)
-            with console.capture() as captured:
-                console.print(walk_text(shown))
-            typer.echo("\n".join(line.rstrip() for line in captured.get().splitlines()))
-    if result.failures():
+        _echo_rich(walk_text(shown))
+    _exit_on_failures(session)
+
+
+@app.command()
+def diff(
+    spec: SpecArgument = None,
+    output_format: FormatOption = Format.text,
+    module: ModuleOption = None,
+    load: LoadOption = None,
+) -> None:
+    """Legacy vs full backward hooks, module by module, argument by argument.
+
+    For every module, its register_backward_hook call beside its register_full_backward_hook
+    call: what each argument holds (derivative, shape, value, check), why they differ (the
+    node the legacy hook sits on, inputs it cannot see, extra entries, operand order, hooks
+    that never fire, zeros and None), and a verdict in plain words. JSON output is schema
+    gradexplain.diff/1. Exit 0, or 1 when a label failed its check, 2 for bad input.
+    """
+    from gradexplain.diff import compare
+
+    session = _session(spec, load)
+    _check_module(session, module)
+    result = compare(session)
+    if module is not None:
+        from dataclasses import replace
+
+        result = replace(result, modules=tuple(
+            item for item in result.modules
+            if item.module == module or item.module.startswith(module + ".")))
+    if output_format is Format.json:
+        from gradexplain.render.json_diff import diff_json
+
+        _echo_json(diff_json(result))
+    elif output_format is Format.markdown:
+        from gradexplain.render.markdown_diff import diff_markdown
+
+        typer.echo(diff_markdown(result), nl=False)
+    else:
+        from gradexplain.render.text_diff import diff_text
+
+        _echo_rich(diff_text(result))
+    _exit_on_failures(session)
+
+
+@app.command()
+def report(
+    spec: SpecArgument = None,
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", help="The markdown file to write (with --all: the "
+                     "folder). Without it the report goes to stdout.", show_default=False),
+    ] = None,
+    load: LoadOption = None,
+    all_specs: Annotated[
+        Path | None,
+        typer.Option("--all", help="Every *.yaml spec in this folder: one report each, plus "
+                     "an index.md linking them, written to the -o folder.",
+                     show_default=False),
+    ] = None,
+) -> None:
+    """Write a self-contained markdown report of SPEC, readable on GitHub.
+
+    The model, a mermaid diagram of the forward graph and one of the autograd graph with the
+    node each legacy hook sits on marked, the forward values, the chain rule in LaTeX, both
+    passes' hook timelines, the legacy-vs-full diff, the checks, torch's version and warnings.
+    The same spec always gives the same bytes. Exit 0, 1 when a label failed its check, 2 for
+    bad input.
+    """
+    from gradexplain.render.report import report_markdown
+
+    if all_specs is not None:
+        if spec is not None or load is not None:
+            raise UsageError("--all takes a folder of specs: leave out SPEC and --load")
+        if output is None:
+            raise UsageError("--all needs -o FOLDER for the reports and their index.md")
+        _report_all(all_specs, output)
+        return
+    session = _session(spec, load)
+    text = report_markdown(session)
+    if output is None:
+        typer.echo(text, nl=False)
+    else:
+        _write(output, text)
+        typer.echo(f"wrote {output}", err=True)
+    _exit_on_failures(session)
+
+
+def _report_all(folder: Path, output: Path) -> None:
+    """One report per spec in `folder`, and an index; a bad spec is reported and skipped."""
+    from gradexplain.render.report import ReportEntry, index_markdown, report_markdown
+
+    if not folder.is_dir():
+        raise UsageError(f"--all {folder}: not a folder")
+    specs = sorted(folder.glob("*.yaml")) + sorted(folder.glob("*.yml"))
+    if not specs:
+        raise UsageError(f"--all {folder}: no *.yaml specs in it")
+    try:
+        output.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise UsageError(f"-o {output}: cannot make the folder ({error.strerror})") from error
+    entries: list[ReportEntry] = []
+    bad = failed = False
+    for path in specs:
+        try:
+            session = _session(path, None)
+        except GradexplainError as error:
+            if _state["traceback"]:
+                raise
+            typer.echo(f"error: {error.one_line()}", err=True)
+            bad = True
+            continue
+        name = f"{path.stem}.md"
+        _write(output / name, report_markdown(session))
+        entries.append(ReportEntry(name, session.walk))
+        failed |= bool(session.walk.failures())
+    _write(output / "index.md", index_markdown(entries))
+    typer.echo(f"wrote {len(entries)} report(s) and {output / 'index.md'}", err=True)
+    if bad:
+        raise typer.Exit(2)
+    if failed:
         raise typer.Exit(1)
+
+
+def _session(spec: Path | None, load: Path | None) -> Session:
+    """Run the spec (torch), or load a saved session (no torch): exactly one of the two."""
+    if (spec is None) == (load is None):
+        raise UsageError("give a SPEC to run, or --load FILE to render a saved session "
+                         "(not both)")
+    if load is not None:
+        from gradexplain.session import load_session
+
+        return load_session(load)
+    assert spec is not None
+    from gradexplain.derive import capture
+    from gradexplain.spec import load_spec
+
+    loaded = load_spec(spec)
+    return capture(loaded, str(spec), spec.read_text(encoding="utf-8"))
+
+
+def _check_module(session: Session, module: str | None) -> None:
+    if module is None:
+        return
+    known = {call.module for trace in session.traces for call in trace.calls}
+    if module not in known:
+        raise UsageError(f"--module {module!r}: no such module in {session.walk.spec} "
+                         f"(use a path such as {', '.join(sorted(known - {''})[:3])})")
+
+
+def _exit_on_failures(session: Session) -> None:
+    if session.walk.failures():
+        raise typer.Exit(1)
+
+
+def _write(path: Path, text: str) -> None:
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as error:
+        raise UsageError(f"cannot write {path}: {error.strerror or error}") from error
+
+
+def _echo_json(data: object) -> None:
+    import json
+
+    typer.echo(json.dumps(data, ensure_ascii=False, indent=1))
+
+
+def _echo_rich(renderable: RenderableType) -> None:
+    from rich.console import Console
+
+    if sys.stdout.isatty():
+        Console().print(renderable)
+        return
+    from gradexplain.render.console import plain_text
+
+    # Piped or redirected: 100 columns, no colour, no trailing padding on any line.
+    typer.echo(plain_text(renderable))
 
 
 def main() -> None:

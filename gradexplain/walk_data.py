@@ -146,6 +146,16 @@ class Walk:
     derivations: tuple[Derivation, ...]
     interventions: int
 
+    def checks(self) -> list[Check]:
+        """Every check the walk made: hook arguments, final `.grad`s, chain-rule terms."""
+        found = [arg.check for walk_pass in self.passes for event in walk_pass.events
+                 for arg in event.args if arg.check is not None]
+        found += [grad.check for walk_pass in self.passes for grad in walk_pass.grads
+                  if grad.check is not None]
+        found += [term.check for derivation in self.derivations for line in derivation.lines
+                  for term in line.terms if term.check is not None]
+        return found
+
     def failures(self) -> list[Failure]:
         """Every check that failed, in the order they appear in the output."""
         found: list[Failure] = []

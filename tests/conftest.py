@@ -60,3 +60,37 @@ def captured(spec_file: str) -> Session:
 
     path = SPECS / spec_file
     return capture(load_spec(path), f"specs/{spec_file}", path.read_text(encoding="utf-8"))
+
+
+GOLDEN = REPO / "tests" / "golden"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--update-golden", action="store_true", default=False,
+                     help="Rewrite the golden files under tests/golden from today's output "
+                          "(then read `git diff tests/golden` before committing).")
+
+
+@pytest.fixture
+def golden(request: pytest.FixtureRequest) -> Callable[[str, str], None]:
+    """Compare output with its golden file; `--update-golden` rewrites the file instead."""
+    update = bool(request.config.getoption("--update-golden"))
+
+    def compare(name: str, text: str) -> None:
+        path = GOLDEN / name
+        if update:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+            return
+        assert path.exists(), f"no golden file {path}: run pytest --update-golden, read it"
+        expected = path.read_text(encoding="utf-8")
+        if text != expected:
+            import difflib
+
+            changes = "".join(list(difflib.unified_diff(
+                expected.splitlines(keepends=True), text.splitlines(keepends=True),
+                str(path), "today's output"))[:60])
+            pytest.fail(f"output differs from {path} (if intended: pytest --update-golden, "
+                        f"then read the diff)\n{changes}", pytrace=False)
+
+    return compare

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from tests.conftest import REPO, run_cli
 
 README = (REPO / "README.md").read_text(encoding="utf-8")
@@ -47,11 +49,13 @@ def test_console_example_is_real_output() -> None:
     assert result.stdout.strip() == example.group(1).strip()
 
 
-def test_walk_example_is_real_output() -> None:
-    """Every line of the README's walk excerpt (between the `...`) is in the real output."""
-    example = re.search(r"\$ gradexplain walk (.*?)\n(.*?)\n```", README, flags=re.S)
+@pytest.mark.parametrize("command", ["walk", "diff"])
+def test_console_excerpt_is_real_output(command: str) -> None:
+    """Every line of the README's walk and diff excerpts (between the `...`) is in the real
+    output."""
+    example = re.search(rf"\$ gradexplain {command} (.*?)\n(.*?)\n```", README, flags=re.S)
     assert example is not None
-    result = run_cli("walk", *example.group(1).split())
+    result = run_cli(command, *example.group(1).split())
     assert result.code == 0, result.stderr
     real = result.stdout.splitlines()
     shown = [line for line in example.group(2).splitlines() if line != "..."]

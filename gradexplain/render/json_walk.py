@@ -35,11 +35,12 @@ def _event(event: LabelledEvent) -> dict[str, Any]:
         "hook": event.hook,
         "target": event.target,
         "node": event.node,
-        "args": [_arg(arg) for arg in event.args],
+        "args": [arg_json(arg) for arg in event.args],
     }
 
 
-def _arg(arg: LabelledArg) -> dict[str, Any]:
+def arg_json(arg: LabelledArg) -> dict[str, Any]:
+    """One labelled argument as the contract writes it (also used by `diff --format json`)."""
     result: dict[str, Any] = {
         "name": arg.name,
         "shape": None if arg.value is None else list(arg.value.shape),

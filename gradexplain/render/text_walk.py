@@ -134,10 +134,7 @@ def display_node(name: str) -> str:
 
 
 def _verdict(walk: Walk) -> RenderableType:
-    total = sum(1 for walk_pass in walk.passes for event in walk_pass.events
-                for arg in event.args if arg.check is not None)
-    total += sum(1 for derivation in walk.derivations for line in derivation.lines
-                 for term in line.terms if term.check is not None)
+    total = len(walk.checks())
     failures = walk.failures()
     if not failures:
         return Text(f"all {total} checks verified against a hook-free run of the same spec",

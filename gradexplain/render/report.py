@@ -1,0 +1,151 @@
+"""`gradexplain report`: one self-contained markdown page per spec, and an index of several.
+
+It composes the other markdown renderers (the walk's chain rule, timelines and checks, the
+legacy-vs-full diff, the mermaid diagrams) around the spec as written. Everything comes from
+the session, so a saved session gives the same bytes as a fresh run: no timestamps, no paths
+beyond the spec's own, no addresses.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from gradexplain.diff import compare, module_title
+from gradexplain.render.markdown import blocks, bold, bullets, code, escape, heading, table
+from gradexplain.render.markdown_diff import diff_markdown, prose
+from gradexplain.render.markdown_walk import (
+    checks_markdown,
+    derivation_markdown,
+    forward_values_markdown,
+    timeline_markdown,
+)
+from gradexplain.render.mermaid import MAX_NODES, autograd_mermaid, forward_mermaid
+from gradexplain.session import Session
+from gradexplain.walk_data import Walk
+
+# Longer specs are shown up to here in the report; the file itself has the rest.
+SPEC_LINES = 80
+
+SECTIONS = (
+    "Summary",
+    "The model",
+    "Forward graph",
+    "Forward values",
+    "Autograd graph",
+    "Chain rule",
+    "Legacy vs full",
+    "Hook timeline",
+    "Checks",
+    "Environment",
+)
+
+
+def report_markdown(session: Session) -> str:
+    walk = session.walk
+    diff = compare(session)
+    return blocks(
+        heading(1, f"gradexplain report: {escape(walk.name)}"),
+        f"> {escape(walk.about)}" if walk.about else "",
+        f"Spec {code(walk.spec)}, run with torch {code(walk.torch)} by "
+        f"{code('gradexplain report')}.",
+        bullets([f"[{title}](#{anchor(title)})" for title in SECTIONS]),
+        heading(2, "Summary"),
+        _summary(walk),
+        bullets([f"{code(module_title(module.module))}: {prose(module.verdict)}"
+                 for module in diff.modules]),
+        heading(2, "The model"),
+        _spec_excerpt(session.spec_text, walk.spec),
+        heading(2, "Forward graph"),
+        _diagram(forward_mermaid(session), "the forward"),
+        heading(2, "Forward values"),
+        forward_values_markdown(session, level=3),
+        heading(2, "Autograd graph"),
+        "The legacy pass's graph, from the output down to the leaves (gradients flow along the "
+        "arrows). Each node a legacy `register_backward_hook` sits on is marked with its "
+        "modules.",
+        _diagram(autograd_mermaid(session), "the autograd graph"),
+        heading(2, "Chain rule"),
+        derivation_markdown(walk, level=3),
+        heading(2, "Legacy vs full"),
+        diff_markdown(diff, level=2),
+        heading(2, "Hook timeline"),
+        timeline_markdown(walk, level=3, warnings=False),
+        heading(2, "Checks"),
+        checks_markdown(walk, level=3),
+        heading(2, "Environment"),
+        _environment(session),
+    )
+
+
+def anchor(title: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to dashes."""
+    return re.sub(r"[^\w\- ]", "", title.lower()).replace(" ", "-")
+
+
+def _summary(walk: Walk) -> str:
+    failures = walk.failures()
+    total = len(walk.checks())
+    if not failures:
+        return (f"All {total} checks verified: every label below was computed again in a "
+                "hook-free run of the same spec and matched.")
+    return bold(f"{len(failures)} of {total} checks FAILED") + escape(
+        ": some labels below are wrong or the run differs; see Checks.")
+
+
+def _spec_excerpt(text: str, path: str) -> str:
+    lines = text.rstrip("\n").split("\n")
+    shown = "\n".join(lines[:SPEC_LINES])
+    longest = max((len(run) for run in re.findall(r"`+", shown)), default=0)
+    fence = "`" * max(3, longest + 1)
+    more = (f"\n\n{escape(f'... {len(lines) - SPEC_LINES} more lines in ')}{code(path)}"
+            if len(lines) > SPEC_LINES else "")
+    return f"{fence}yaml\n{shown}\n{fence}{more}"
+
+
+def _diagram(body: str | None, what: str) -> str:
+    if body is None:
+        return escape(f"{what.capitalize()} has more than {MAX_NODES} nodes, too many to draw "
+                      "readably; the tables below have every one.")
+    return f"```mermaid\n{body.rstrip()}\n```"
+
+
+def _environment(session: Session) -> str:
+    walk = session.walk
+    rows = []
+    for walk_pass in walk.passes:
+        for warning in walk_pass.warnings:
+            where = "the model" if warning.module == "" else warning.module or "the run"
+            rows.append([walk_pass.mode, escape(where), warning.phase, code(warning.category),
+                         escape(warning.message), str(warning.count)])
+    parts = [f"torch {code(walk.torch)}. Interventions declared by the spec: "
+             f"{walk.interventions} (not applied by this version)." if walk.interventions
+             else f"torch {code(walk.torch)}."]
+    if rows:
+        parts += ["torch's warnings, once per module and message:",
+                  table(["pass", "module", "phase", "category", "message", "times"], rows)]
+    else:
+        parts.append("torch gave no warnings.")
+    return blocks(*parts)
+
+
+@dataclass(frozen=True)
+class ReportEntry:
+    """One report in an index: its file name and the walk it shows."""
+
+    file: str
+    walk: Walk
+
+
+def index_markdown(entries: Sequence[ReportEntry]) -> str:
+    rows = []
+    for entry in entries:
+        failures = entry.walk.failures()
+        total = len(entry.walk.checks())
+        state = f"all {total} verified" if not failures else f"{len(failures)} of {total} FAILED"
+        rows.append([f"[{escape(entry.walk.name)}]({entry.file})", code(entry.walk.spec),
+                     escape(entry.walk.about or ""), state])
+    return blocks(heading(1, "gradexplain reports"),
+                  escape(f"{len(entries)} spec(s), one report each."),
+                  table(["report", "spec", "about", "checks"], rows))
