@@ -206,6 +206,26 @@ def ratio_section(
     return out, not problems
 
 
+def session_section(gx: list[str], rounds: int, workdir: Path) -> tuple[list[str], bool]:
+    """Capture once, render many: `report --load` of a saved session beside a fresh `report`
+    of the same spec (the largest example), and the session's size."""
+    spec = "specs/cnn_hooks.yaml"
+    saved = workdir / "run.json"
+    done = subprocess.run([*gx, "walk", spec, "--save", str(saved), "--format", "json"],
+                          capture_output=True, timeout=TIMEOUT_SECONDS, check=False)
+    if done.returncode != 0:
+        reason = last_line(done.stderr.decode())
+        return ["## Sessions", "", f"- FAILED: walk --save: {reason}"], False
+    lines, ran = ratio_section(
+        "Sessions: render a saved one vs run the spec again",
+        Command(f"gradexplain report {spec} > /dev/null", [*gx, "report", spec]),
+        [(Command("gradexplain report --load run.json > /dev/null",
+                  [*gx, "report", "--load", str(saved)]), None)],
+        rounds, "budget")
+    lines += ["", f"Session file of {spec}: {saved.stat().st_size / MB:.1f} MB."]
+    return lines, ran
+
+
 def make_mlp_spec(layers: int, width: int = 8) -> str:
     """YAML text of a spec: ``layers`` Linear(width, width) + Tanh pairs, then a sum, backward.
 
@@ -346,7 +366,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="rounds for the start-up and walk sections (default 20, quick 3)")
     parser.add_argument("--scaling-rounds", type=int, default=None,
                         help="rounds for the scaling section (default 5, quick 1)")
-    parser.add_argument("--only", choices=["startup", "walk", "scaling"], action="append",
+    parser.add_argument("--only", choices=["startup", "walk", "session", "scaling"],
+                        action="append",
                         help="run only this section (repeatable)")
     args = parser.parse_args(argv)
     rounds = args.rounds if args.rounds is not None else (3 if args.quick else 20)
@@ -354,7 +375,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                       else (1 if args.quick else 5))
     if rounds < 1 or scaling_rounds < 1:
         parser.error("rounds must be at least 1")
-    sections = args.only or ["startup", "walk", "scaling"]
+    sections = args.only or ["startup", "walk", "session", "scaling"]
 
     os.chdir(REPO)
     gx, gx_note = launcher()
@@ -389,6 +410,12 @@ def main(argv: Sequence[str] | None = None) -> int:
              (Command(f"gradexplain walk {TWO_MODULES} --format json > /dev/null",
                       [*gx, "walk", TWO_MODULES, "--format", "json"]), WALK_BUDGET)],
             rounds, "budget (issue 3)")
+        print("\n" + "\n".join(lines), flush=True)
+        all_ran = all_ran and ran
+
+    if "session" in sections:
+        with tempfile.TemporaryDirectory(prefix="gradexplain-bench-") as tmp:
+            lines, ran = session_section(gx, rounds, Path(tmp))
         print("\n" + "\n".join(lines), flush=True)
         all_ran = all_ran and ran
 
