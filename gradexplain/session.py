@@ -13,7 +13,7 @@ from typing import Any
 
 from gradexplain import __version__
 from gradexplain.codec import DecodeError, from_data, to_data
-from gradexplain.errors import SessionError
+from gradexplain.errors import SessionError, UsageError
 from gradexplain.spec.expr import Call, names_used
 from gradexplain.spec.model import ModelSpec, ModuleSpec
 from gradexplain.trace_data import PassTrace
@@ -103,7 +103,7 @@ def save_session(session: Session, path: Path) -> None:
     try:
         path.write_text(text + "\n", encoding="utf-8")
     except OSError as error:
-        raise SessionError(str(path), f"cannot write it: {error.strerror or error}") from error
+        raise UsageError(f"--save {path}: cannot write it ({error.strerror or error})") from error
 
 
 def load_session(path: Path) -> Session:

@@ -90,3 +90,13 @@ def test_files_that_are_not_sessions_are_refused_with_one_line(tmp_path: Path) -
 def test_a_session_is_what_its_type_says() -> None:
     assert from_data(Session, to_data(captured("matrix_chain.yaml"))) == captured(
         "matrix_chain.yaml")
+
+
+def test_save_to_a_place_that_cannot_be_written_is_a_usage_error(tmp_path: Path) -> None:
+    from tests.conftest import run_cli
+
+    result = run_cli("walk", "specs/vector_backward.yaml", "--save",
+                     str(tmp_path / "missing" / "run.json"), "--format", "json")
+    assert result.code == 2
+    assert "--save" in result.stderr and "cannot write it" in result.stderr
+    assert "Traceback" not in result.stderr
