@@ -320,10 +320,11 @@ def _session(spec: Path | None, load: Path | None) -> Session:
         return load_session(load)
     assert spec is not None
     from gradexplain.derive import capture
-    from gradexplain.spec import load_spec
+    from gradexplain.spec import load_spec_text, read_spec_text
 
-    loaded = load_spec(spec)
-    return capture(loaded, str(spec), spec.read_text(encoding="utf-8"))
+    # One read: the session keeps exactly the text that was run.
+    text = read_spec_text(spec)
+    return capture(load_spec_text(text, str(spec)), str(spec), text)
 
 
 def _check_module(session: Session, module: str | None) -> None:

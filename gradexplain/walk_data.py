@@ -4,6 +4,7 @@ chain-rule derivation, and the final gradients. Plain, frozen, JSON-able data; n
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
 
@@ -148,36 +149,30 @@ class Walk:
 
     def checks(self) -> list[Check]:
         """Every check the walk made: hook arguments, final `.grad`s, chain-rule terms."""
-        found = [arg.check for walk_pass in self.passes for event in walk_pass.events
-                 for arg in event.args if arg.check is not None]
-        found += [grad.check for walk_pass in self.passes for grad in walk_pass.grads
-                  if grad.check is not None]
-        found += [term.check for derivation in self.derivations for line in derivation.lines
-                  for term in line.terms if term.check is not None]
-        return found
+        return [failure.check for failure in self._checked()]
 
     def failures(self) -> list[Failure]:
         """Every check that failed, in the order they appear in the output."""
-        found: list[Failure] = []
+        return [item for item in self._checked() if not item.check.verified]
+
+    def _checked(self) -> Iterator[Failure]:
+        """Every check with where it was made and what it claimed (a Failure if it failed)."""
         for walk_pass in self.passes:
             for event in walk_pass.events:
                 for arg in event.args:
-                    if arg.check is not None and not arg.check.verified:
+                    if arg.check is not None:
                         claim = arg.meaning.text if arg.meaning is not None else ""
-                        found.append(Failure(walk_pass.mode, _event_where(event, arg.name),
-                                             claim, arg.check))
+                        yield Failure(walk_pass.mode, _event_where(event, arg.name), claim,
+                                      arg.check)
             for grad in walk_pass.grads:
-                if grad.check is not None and not grad.check.verified:
-                    found.append(Failure(walk_pass.mode, f"{grad.name}.grad", "final .grad",
-                                         grad.check))
+                if grad.check is not None:
+                    yield Failure(walk_pass.mode, f"{grad.name}.grad", "final .grad", grad.check)
         for derivation in self.derivations:
             for line in derivation.lines:
                 for term in line.terms:
-                    if term.check is not None and not term.check.verified:
-                        found.append(Failure(None, f"derivation of run {derivation.run}, "
-                                             f"{line.node}", f"{term.local} for {term.wrt}",
-                                             term.check))
-        return found
+                    if term.check is not None:
+                        yield Failure(None, f"derivation of run {derivation.run}, {line.node}",
+                                      f"{term.local} for {term.wrt}", term.check)
 
 
 def _event_where(event: LabelledEvent, arg: str) -> str:

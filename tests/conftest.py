@@ -56,10 +56,11 @@ def write_spec(tmp_path: Path) -> Callable[[str, str], Path]:
 def captured(spec_file: str) -> Session:
     """One capture per spec for the whole test run: the renderers' tests all read it."""
     from gradexplain.derive import capture
-    from gradexplain.spec import load_spec
+    from gradexplain.spec import load_spec_text, read_spec_text
 
-    path = SPECS / spec_file
-    return capture(load_spec(path), f"specs/{spec_file}", path.read_text(encoding="utf-8"))
+    name = f"specs/{spec_file}"
+    text = read_spec_text(SPECS / spec_file)
+    return capture(load_spec_text(text, name), name, text)
 
 
 GOLDEN = REPO / "tests" / "golden"

@@ -35,6 +35,13 @@ def fmt_shape(shape: tuple[int, ...] | list[int]) -> str:
     return "[" + ", ".join(str(size) for size in shape) + "]"
 
 
+def shape_label(value: TensorValue) -> str:
+    """`shape [2]` or `scalar`; `summary` where fmt_value summarises (it names the shape)."""
+    if value.value is None or math.prod(value.shape) > TEXT_ELEMENTS:
+        return "summary"
+    return f"shape {fmt_shape(value.shape)}" if value.shape else "scalar"
+
+
 def fmt_value(value: TensorValue | None, limit: int = TEXT_ELEMENTS) -> str:
     """A tensor in full up to `limit` elements, else its shape and summary; None as `None`."""
     if value is None:

@@ -3,8 +3,6 @@ calls as a table, the reasons as bullets, the verdict in bold. Returns a string.
 
 from __future__ import annotations
 
-from math import prod
-
 from gradexplain.diff import (
     ArgRow,
     CallDiff,
@@ -13,9 +11,9 @@ from gradexplain.diff import (
     call_headings,
     module_title,
 )
-from gradexplain.render.fmt import TEXT_ELEMENTS, fmt, fmt_shape, fmt_value
+from gradexplain.render.fmt import shape_label
 from gradexplain.render.markdown import blocks, bold, bullets, code, escape, heading, math, table
-from gradexplain.trace_data import TensorValue
+from gradexplain.render.markdown_walk import check_cell, value_cell
 from gradexplain.walk_data import LabelledArg
 
 
@@ -61,11 +59,9 @@ def _side(arg: LabelledArg | None, silent: bool) -> str:
     if arg.value is None:
         return "None"
     label = math(arg.meaning.latex) if arg.meaning else "(not labelled)"
-    shape = _shape(arg.value)
-    check = ""
-    if arg.check is not None:
-        check = " ✓" if arg.check.verified else f" ✗ FAILED (error {fmt(arg.check.max_abs_err)})"
-    return f"{label}<br>{shape}: {code(fmt_value(arg.value))}{check}"
+    check = check_cell(arg.check)
+    return (f"{label}<br>{shape_label(arg.value)}: {value_cell(arg.value)}"
+            f"{' ' + check if check else ''}")
 
 
 def _mark(row: ArgRow) -> str:
@@ -79,10 +75,3 @@ def prose(text: str) -> str:
         return escape(text)
     return "".join(code(piece) if index % 2 else escape(piece)
                    for index, piece in enumerate(pieces))
-
-
-def _shape(value: TensorValue) -> str:
-    """`shape [2]` or `scalar`; a summarised tensor's summary starts with its shape already."""
-    if value.value is None or prod(value.shape) > TEXT_ELEMENTS:
-        return "summary"
-    return f"shape {fmt_shape(value.shape)}" if value.shape else "scalar"

@@ -3,8 +3,6 @@ reasons they differ, and a verdict. Returns rich renderables; `cli.py` prints th
 
 from __future__ import annotations
 
-import math
-
 from rich.console import Group, RenderableType
 from rich.padding import Padding
 from rich.table import Table
@@ -18,9 +16,8 @@ from gradexplain.diff import (
     call_headings,
     module_title,
 )
-from gradexplain.render.fmt import TEXT_ELEMENTS, fmt_shape, fmt_value
+from gradexplain.render.fmt import fmt_value, shape_label
 from gradexplain.render.text_walk import check_mark
-from gradexplain.trace_data import TensorValue
 from gradexplain.walk_data import LabelledArg
 
 
@@ -79,7 +76,7 @@ def _side(arg: LabelledArg | None, silent: bool) -> Text:
     if arg.value is None:
         return Text("None")
     text = Text(arg.meaning.text if arg.meaning else "(not labelled)")
-    shape = _shape(arg.value)
+    shape = shape_label(arg.value)
     text.append(f"\n{shape}: {fmt_value(arg.value)} ")
     text.append_text(check_mark(arg.check))
     return text
@@ -87,10 +84,3 @@ def _side(arg: LabelledArg | None, silent: bool) -> Text:
 
 def _mark(row: ArgRow) -> Text:
     return Text("=", style="green") if row.same else Text("≠", style="bold yellow")
-
-
-def _shape(value: TensorValue) -> str:
-    """`shape [2]` or `scalar`; a summarised tensor's summary starts with its shape already."""
-    if value.value is None or math.prod(value.shape) > TEXT_ELEMENTS:
-        return "summary"
-    return f"shape {fmt_shape(value.shape)}" if value.shape else "scalar"

@@ -12,7 +12,7 @@ from pathlib import Path
 from gradexplain.spec.check import check_spec
 from gradexplain.spec.model import ModelSpec
 from gradexplain.spec.schema import read_spec
-from gradexplain.spec.yamlio import parse_document, read_document
+from gradexplain.spec.yamlio import parse_document, read_document, read_text
 
 
 def load_spec(path: Path | str, display_name: str | None = None) -> ModelSpec:
@@ -20,9 +20,14 @@ def load_spec(path: Path | str, display_name: str | None = None) -> ModelSpec:
     return check_spec(read_spec(read_document(Path(path), display_name)))
 
 
+def read_spec_text(path: Path | str) -> str:
+    """A spec file's text, read within the size bound (for a session to keep what it ran)."""
+    return read_text(Path(path), str(path))
+
+
 def load_spec_text(text: str, file: str = "<spec>") -> ModelSpec:
     """The same for YAML text already in memory (tests, the Python API)."""
     return check_spec(read_spec(parse_document(text, file)))
 
 
-__all__ = ["ModelSpec", "load_spec", "load_spec_text"]
+__all__ = ["ModelSpec", "load_spec", "load_spec_text", "read_spec_text"]

@@ -80,6 +80,11 @@ class Document:
 def read_document(path: Path, display_name: str | None = None) -> Document:
     """Read and parse `path`. Every failure is a SpecError naming the file and the place."""
     name = display_name or str(path)
+    return parse_document(read_text(path, name), name)
+
+
+def read_text(path: Path, name: str) -> str:
+    """A spec file's text, read once within the size bound; a SpecError if it cannot be."""
     try:
         size = path.stat().st_size
     except OSError as exc:
@@ -99,7 +104,7 @@ def read_document(path: Path, display_name: str | None = None) -> Document:
         raise SpecSyntaxError(
             f"the file is not UTF-8 text (byte {exc.start} cannot be decoded)", Location(name)
         ) from None
-    return parse_document(text, name)
+    return text
 
 
 def parse_document(text: str, file: str) -> Document:
