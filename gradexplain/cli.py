@@ -19,6 +19,7 @@ from gradexplain.errors import GradexplainError, UsageError
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
+    from gradexplain.order import FiringOrder
     from gradexplain.session import Session
     from gradexplain.trace_data import HookKind, Mode
 
@@ -153,6 +154,11 @@ def walk(
                      show_default=False),
     ] = None,
     load: LoadOption = None,
+    order: Annotated[
+        bool,
+        typer.Option("--order", help="Also show the firing order of each shown pass's first "
+                     "call: every hook call numbered, with the rule that puts it there."),
+    ] = False,
 ) -> None:
     """Run SPEC with every hook and say which derivative each hook argument is.
 
@@ -174,19 +180,32 @@ def walk(
         ("legacy",) if pass_ is PassChoice.legacy else ("full",))
     kinds: list[HookKind] = [item.value for item in hook or []]
     shown = select(session.walk, modes, module, kinds)
+    orders = _orders(session, modes) if order else []
     if output_format is Format.json:
+        from gradexplain.codec import to_data
         from gradexplain.render.json_walk import walk_json
 
-        _echo_json(walk_json(shown))
+        document = walk_json(shown)
+        if order:
+            document["firing_order"] = [to_data(item) for item in orders]
+        _echo_json(document)
     elif output_format is Format.markdown:
+        from gradexplain.render.markdown import blocks
         from gradexplain.render.markdown_walk import walk_markdown
+        from gradexplain.render.order_render import order_markdown
 
-        typer.echo(walk_markdown(shown), nl=False)
+        typer.echo(blocks(walk_markdown(shown), *(order_markdown(item, 2) for item in orders)),
+                   nl=False)
     else:
+        from rich.console import Group
+
+        from gradexplain.render.order_render import order_text
         from gradexplain.render.text_walk import walk_text
 
-        _echo_rich(walk_text(shown))
+        _echo_rich(Group(walk_text(shown), *(order_text(item) for item in orders)))
     _exit_on_failures(session)
+    if any(item.out_of_order for item in orders):
+        raise typer.Exit(1)
 
 
 @app.command()
@@ -334,6 +353,15 @@ def _check_module(session: Session, module: str | None) -> None:
     if module not in known:
         raise UsageError(f"--module {module!r}: no such module in {session.walk.spec} "
                          f"(use a path such as {', '.join(sorted(known - {''})[:3])})")
+
+
+def _orders(session: Session, modes: tuple[Mode, ...]) -> list[FiringOrder]:
+    """The firing order of each pass in `modes`: its first call that made any hook call."""
+    from gradexplain.order import first_firing_order
+
+    traces = [session.trace(mode) for mode in modes]
+    return [order for order in (first_firing_order(trace) for trace in traces if trace)
+            if order is not None]
 
 
 def _exit_on_failures(session: Session) -> None:

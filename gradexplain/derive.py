@@ -13,11 +13,13 @@ from collections import Counter
 
 import torch
 
+from gradexplain.explain import Attempt, explain
 from gradexplain.graphview import ACCUMULATE, GraphView
 from gradexplain.label import VIEWS, EventLabels, label_pass, short_name
 from gradexplain.replay import Replay, RunValues
 from gradexplain.rules import local_derivatives
 from gradexplain.session import Session, forward_steps
+from gradexplain.spec.expr import BinOp, Name, Number
 from gradexplain.spec.model import ModelSpec
 from gradexplain.trace import tensor_value, trace_both
 from gradexplain.trace_data import Event, PassTrace, TensorValue, canonical_name
@@ -28,8 +30,11 @@ from gradexplain.walk_data import (
     FinalGrad,
     LabelledArg,
     LabelledEvent,
+    LeafGrad,
+    Lessons,
     ModuleWarning,
     PassWalk,
+    RunStep,
     Term,
     Walk,
 )
@@ -66,9 +71,26 @@ def _walk(spec: ModelSpec, spec_path: str) -> tuple[Walk, tuple[PassTrace, ...]]
         about=spec.about,
         torch=torch.__version__,
         passes=passes,
-        derivations=_derivations(legacy, view, replay),
+        derivations=_derivations(spec, legacy, view, replay),
         interventions=len(spec.interventions),
+        runs=_run_steps(spec, legacy, view, replay),
+        lessons=_lessons(spec),
     ), (legacy, full)
+
+
+def _lessons(spec: ModelSpec) -> Lessons:
+    """The lessons the spec asks for, each computed on its own fresh builds."""
+    from gradexplain.capture_lesson import capture_lessons
+    from gradexplain.intervene import intervention_lessons
+    from gradexplain.vjp import vjp_lessons
+
+    inputs = {item.name for item in spec.inputs}
+    vjp = vjp_lessons(spec)
+    # A backward reaches every parameter too; the lesson is about the inputs, where it has any.
+    shown = tuple(lesson for lesson in vjp if lesson.kind == "grad" or lesson.wrt in inputs
+                  or not any(other.call == lesson.call and other.kind == "backward"
+                             and other.wrt in inputs for other in vjp))
+    return Lessons(shown, intervention_lessons(spec), capture_lessons(spec))
 
 
 def check(value: TensorValue | None, expected: torch.Tensor) -> Check:
@@ -109,7 +131,8 @@ def _labelled_event(item: EventLabels, replay: Replay) -> LabelledEvent:
     args = []
     for arg, label in zip(event.args, item.labels, strict=True):
         result = None
-        if label.site is not None and arg.value is not None:
+        # A call torch refused has nothing in the hook-free run to be checked against.
+        if label.site is not None and arg.value is not None and label.site.run in replay.runs:
             result = check(arg.value, replay.expected(label.site, arg.value.shape))
         args.append(LabelledArg(arg.name, arg.value, label.meaning, result))
     return LabelledEvent(event.seq, event.phase, event.run, event.hook, event.target,
@@ -121,14 +144,11 @@ def _final_grads(trace: PassTrace, view: GraphView, replay: Replay) -> tuple[Fin
     summed = trace.summed_runs(len(trace.runs))
     grads = []
     for name, value in trace.grads:
-        record = trace.named(name)
-        position = view.resolve(view.raw_position(record.index if record else None))
         result = None
-        if position is not None and summed:
-            ranked = (view.rank[position[0]], position[1])
+        if summed:
             total: torch.Tensor | None = None
             for run in summed:
-                found = replay.runs[run.index].totals.get(ranked)
+                found = _leaf_total(trace, view, replay, name, run.index)
                 if found is not None:
                     total = found if total is None else total + found
             if total is not None or value is not None:
@@ -136,6 +156,61 @@ def _final_grads(trace: PassTrace, view: GraphView, replay: Replay) -> tuple[Fin
                                else torch.zeros(value.shape if value else ()))
         grads.append(FinalGrad(name, value, result))
     return tuple(grads)
+
+
+def _leaf_total(trace: PassTrace, view: GraphView, replay: Replay, leaf: str,
+                run: int) -> torch.Tensor | None:
+    """What call `run` computes for `leaf` in the hook-free run (None: it does not reach it)."""
+    record = trace.named(leaf)
+    position = view.resolve(view.raw_position(record.index if record else None))
+    values = replay.runs.get(run)
+    if position is None or values is None:
+        return None
+    return values.totals.get((view.rank[position[0]], position[1]))
+
+
+def _run_steps(spec: ModelSpec, trace: PassTrace, view: GraphView,
+               replay: Replay) -> tuple[RunStep, ...]:
+    """Every call in order: each leaf's `.grad` before, what the call adds, after (checked:
+    after = before + added; autograd.grad adds nothing), and torch's error explained."""
+    steps = []
+    for run in trace.runs:
+        backward = run.kind == "backward"
+        retain = (spec.backwards[run.call].retain_graph if backward
+                  else spec.grads[run.call].retain_graph)
+        before = dict(run.before)
+        leaves = []
+        for name, after in run.after:
+            added = (_leaf_total(trace, view, replay, name, run.index)
+                     if backward and not run.failed else None)
+            result = None if run.failed else _accumulated(before.get(name), added, after)
+            leaves.append(LeafGrad(name, before.get(name), _value(added), after, result))
+        explanation = None
+        if run.error is not None:
+            earlier = tuple(item.index for item in trace.runs[:run.index - 1]
+                            if item.of == run.of or item.root == run.root)
+            attempt = Attempt(run.kind, run.of, run.seed is not None, retain, earlier)
+            explanation = explain(run.error, attempt)
+        posted = sum(1 for event in trace.events
+                     if event.run == run.index and event.hook == "post_accumulate_grad")
+        steps.append(RunStep(run.index, run.kind, run.of, run.wrt, run.seed,
+                             backward and run.fresh and run.index > 1, retain, tuple(leaves),
+                             posted, run.error, explanation))
+    return tuple(steps)
+
+
+def _accumulated(before: TensorValue | None, added: torch.Tensor | None,
+                 after: TensorValue | None) -> Check | None:
+    """Check `.grad` after a call against before + what the call computed for it."""
+    if before is not None and before.value is None:
+        return None  # summarised: too large to add up here
+    expected = added.detach().double() if added is not None else None
+    if before is not None:
+        base = torch.tensor(before.value, dtype=torch.float64)
+        expected = base if expected is None else base + expected
+    if expected is None:
+        return Check(after is None, 0.0 if after is None else math.inf, None)
+    return check(after, expected)
 
 
 def _warnings(trace: PassTrace) -> tuple[ModuleWarning, ...]:
@@ -153,17 +228,21 @@ def _warnings(trace: PassTrace) -> tuple[ModuleWarning, ...]:
                  for (module, category, message, phase), count in counts.items())
 
 
-def _derivations(trace: PassTrace, view: GraphView, replay: Replay) -> tuple[Derivation, ...]:
+def _derivations(spec: ModelSpec, trace: PassTrace, view: GraphView,
+                 replay: Replay) -> tuple[Derivation, ...]:
     """The chain rule of each distinct call, node by node from the output back to the leaves."""
     done: dict[int, int] = {}
     derivations = []
+    operands = _written_operands(spec)
     for run in trace.runs:
-        values = replay.runs[run.index]
+        values = replay.runs.get(run.index)
+        if values is None or run.failed:
+            continue  # torch refused this call: there is no chain rule to show
         if id(values) in done:
             continue
         done[id(values)] = run.index
         traced = _traced(trace, run.index)
-        lines = [_line(view, values, node, traced.get(node)) for node in
+        lines = [_line(view, values, node, traced.get(node), operands) for node in
                  _topological(view, set(traced))]
         derivations.append(Derivation(run.index, run.kind, run.of,
                                       None if values.seed is None else tensor_value(values.seed),
@@ -194,8 +273,30 @@ def _topological(view: GraphView, ran: set[str]) -> list[str]:
     return order
 
 
+def _written_operands(spec: ModelSpec) -> dict[str, tuple[str | None, ...]]:
+    """For each step `t = a op b`, the operands as written, by every name of `t`: a number or
+    a tensor that needs no gradient has no graph edge, and is named from here instead."""
+    found: dict[str, tuple[str | None, ...]] = {}
+    for module in spec.root.walk():
+        for step in module.steps:
+            expr = step.assignment.expr
+            if isinstance(expr, BinOp) and len(step.targets) == 1:
+                found[module.qualify(step.targets[0])] = tuple(
+                    _written(side) for side in (expr.left, expr.right))
+    return found
+
+
+def _written(expr: object) -> str | None:
+    if isinstance(expr, Name):
+        return expr.id
+    if isinstance(expr, Number):
+        return str(expr.value)
+    return None
+
+
 def _line(view: GraphView, values: RunValues, node: str,
-          traced: list[TensorValue | None] | None) -> DerivationLine:
+          traced: list[TensorValue | None] | None,
+          operands: dict[str, tuple[str | None, ...]]) -> DerivationLine:
     """One node: `traced` is what the traced pass saw flow out of it (see `_traced`)."""
     rank = view.rank[node]
     name = view.name_of(node)
@@ -208,7 +309,14 @@ def _line(view: GraphView, values: RunValues, node: str,
         return DerivationLine(name, output, _value(upstream), (term,), True)
     edges = view.nodes[node].next
     inputs = [_tensor_name(view, view.resolve(edge)) for edge in edges]
-    formulas, has_rule = local_derivatives(name, [_operand(item) for item in inputs],
+    written = next((operands[item] for item in view.names.get((node, 0), []) if item in operands),
+                   ())
+    shown = list(inputs)
+    for index, item in enumerate(inputs):
+        replacement = written[index] if index < len(written) else None
+        if item == "None" and replacement is not None:
+            shown[index] = replacement
+    formulas, has_rule = local_derivatives(name, [_operand(item) for item in shown],
                                            _operand(output))
     terms = []
     for index, (wrt, formula) in enumerate(zip(inputs, formulas, strict=True)):

@@ -126,6 +126,14 @@ class SpecRunError(SpecError):
     kind = "torch refused the step"
 
 
+class ExpectationError(SpecError):
+    """A call the spec says torch will refuse (`expect_error:`) that torch ran without error:
+    the run did not show what the spec meant it to (exit 1, like a failed check)."""
+
+    kind = "no error where one was expected"
+    exit_code = 1
+
+
 class SpecLimitError(SpecError):
     """A spec over a size bound: file size, nesting depth, number of steps, tensor elements."""
 

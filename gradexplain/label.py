@@ -310,6 +310,10 @@ class _Labeller:
         short, of = short_name(wrt), run.of
         text = f"∂{of}/∂{short}"
         latex = rf"\frac{{\partial {latex_name(of)}}}{{\partial {latex_name(short)}}}"
+        if run.seed is not None:
+            # With a seed v (backward's `gradient`, grad's `grad_outputs`) what flows is the
+            # vector-Jacobian product vᵀ·J, not the derivative J itself.
+            text, latex = f"vᵀ·{text}", rf"v^{{\top}} {latex}"
         partial = None
         if edges is not None:
             partial = ", ".join(sorted({short_name(self.output_name(node)) for node, _ in edges}))

@@ -63,6 +63,9 @@ class Replay:
                       if isinstance(value, torch.Tensor)})
         named.update(built.leaves())
         self.named = named
+        # Every call's root orders the graph as the traced pass did. A call torch refused in
+        # the traced pass (a second backward without retain_graph) may still run here, where
+        # nothing is freed: the gradients it saw before the error are checked against that.
         roots = [_position(named[run.of]) for run in trace.runs]
         self.order: list[Node] = real_order(roots, _next, lambda node: False)
         names = [node.name() for node in self.order]
@@ -74,16 +77,23 @@ class Replay:
         self.runs: dict[int, RunValues] = {}
         cache: dict[tuple[str, str, int], RunValues] = {}
         for run in trace.runs:
-            key = (run.kind, run.of, _grad_call_index(spec, run.kind, run.index))
+            key = (run.kind, run.of, run.call)
             if key not in cache:
-                cache[key] = self.compute(run.of, self.seed(run.kind, run.of, key[2]))
+                try:
+                    cache[key] = self.compute(run.of, self.seed(run.kind, run.of, run.call))
+                except RuntimeError:
+                    # torch refused this call here too (no graph, a non-scalar without a
+                    # seed): the traced call saw no gradient that could be checked.
+                    if not run.failed:
+                        raise
+                    continue
             self.runs[run.index] = cache[key]
 
     def seed(self, kind: str, of: str, call: int) -> torch.Tensor | None:
+        """The seed gradient of the spec's `call`-th backward or grad call, made again here."""
         if kind == "backward":
-            backward = self.spec.backward
-            return None if backward is None or backward.gradient is None else make_tensor(
-                backward.gradient)
+            gradient = self.spec.backwards[call].gradient
+            return None if gradient is None else make_tensor(gradient)
         spec = self.spec.grads[call].grad_outputs
         return None if spec is None else grad_outputs(spec, self.named[of])
 
@@ -168,14 +178,6 @@ def _position(tensor: torch.Tensor) -> tuple[Node | None, int]:
     if tensor.requires_grad:
         return torch.autograd.graph.get_gradient_edge(tensor).node, 0
     return None, 0
-
-
-def _grad_call_index(spec: ModelSpec, kind: str, run: int) -> int:
-    """Which of the spec's grad calls a run is (grad calls run after every backward)."""
-    if kind == "backward":
-        return -1
-    backward_runs = spec.backward.times if spec.backward is not None else 0
-    return run - 1 - backward_runs
 
 
 def _numel(shape: tuple[int, ...]) -> int:

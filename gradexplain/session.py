@@ -19,7 +19,7 @@ from gradexplain.spec.model import ModelSpec, ModuleSpec
 from gradexplain.trace_data import PassTrace
 from gradexplain.walk_data import Walk
 
-SCHEMA = "gradexplain.session/1"
+SCHEMA = "gradexplain.session/2"
 
 
 @dataclass(frozen=True)

@@ -17,15 +17,15 @@ from __future__ import annotations
 
 import warnings
 from collections import deque
-from collections.abc import Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from collections.abc import Sequence
+from contextlib import ExitStack
 from typing import Any
 
 import torch
 from torch import nn
 
 from gradexplain.build import Built, build, make_tensor, observe
-from gradexplain.errors import Location, SpecRunError, first_line
+from gradexplain.errors import ExpectationError, Location
 from gradexplain.spec.model import GradOutputs, ModelSpec
 from gradexplain.trace_data import (
     VALUE_LIMIT,
@@ -38,6 +38,7 @@ from gradexplain.trace_data import (
     PassTrace,
     Phase,
     Run,
+    RunError,
     Summary,
     TensorRecord,
     TensorValue,
@@ -225,7 +226,7 @@ class _Recorder:
             queue.extend(child for child, _ in node.next_functions if child is not None)
 
     def roots(self) -> list[torch.Tensor]:
-        names = [self.spec.backward.of] if self.spec.backward is not None else []
+        names = [backward.of for backward in self.spec.backwards]
         names += [call.of for call in self.spec.grads]
         return [self.differentiated(name) for name in names]
 
@@ -317,42 +318,85 @@ class _Recorder:
         return returned if returned is not None else self.tensor_named(name)
 
     def run_backward(self) -> None:
+        """The spec's backward calls in order, then its autograd.grad calls. torch's errors are
+        recorded on the run (expected or not) and the next call still runs, as in a notebook."""
         self.flush_warnings()  # what the forward warned belongs to the forward
         self.phase = "backward"
-        spec = self.spec
         leaves = [tensor for tensor in self.built.leaves().values() if tensor.requires_grad]
-        if spec.backward is not None:
-            backward = spec.backward
-            of = self.differentiated(backward.of)
+        fresh = True
+        for number, backward in enumerate(self.spec.backwards):
             gradient = None if backward.gradient is None else make_tensor(backward.gradient)
             for time in range(backward.times):
-                if time and backward.zero_grad_between:
+                zero = backward.zero_grad if time == 0 else backward.zero_grad_between
+                if zero:
                     for leaf in leaves:
                         leaf.grad = None
+                of = self.differentiated(backward.of)
+                before = self.leaf_grads()
                 self.run += 1
-                with self.torch_errors(backward.where):
-                    torch.autograd.backward(of, gradient, retain_graph=backward.retain_graph)
+                error = self.attempt(
+                    lambda: torch.autograd.backward(of, gradient,  # noqa: B023
+                                                    retain_graph=backward.retain_graph),  # noqa: B023
+                    of, backward.expect_error, backward.where)
                 self.runs.append(Run(self.run, "backward", backward.of, (), (),
-                                     self.tensor_index.get(id(of)),
-                                     time == 0 or backward.zero_grad_between))
-        for call in spec.grads:
-            self.run += 1
+                                     self.tensor_index.get(id(of)), fresh or zero, number,
+                                     tensor_value(gradient), before, self.leaf_grads(), error))
+                fresh = False
+        for number, call in enumerate(self.spec.grads):
             of = self.differentiated(call.of)
             inputs = [self.tensor_named(name) for name in call.wrt]
             seed = None if call.grad_outputs is None else grad_outputs(call.grad_outputs, of)
-            with self.torch_errors(call.where):
-                result = torch.autograd.grad(of, inputs, seed, retain_graph=call.retain_graph,
+            before = self.leaf_grads()
+            self.run += 1
+            result: tuple[torch.Tensor | None, ...] = ()
+
+            def run_grad() -> None:
+                nonlocal result
+                result = torch.autograd.grad(of, inputs, seed,  # noqa: B023
+                                             retain_graph=call.retain_graph,  # noqa: B023
                                              allow_unused=True)
+
+            error = self.attempt(run_grad, of, call.expect_error, call.where)
             self.runs.append(Run(self.run, "grad", call.of, call.wrt,
                                  tuple(tensor_value(item) for item in result),
-                                 self.tensor_index.get(id(of))))
+                                 self.tensor_index.get(id(of)), True, number,
+                                 tensor_value(seed), before, self.leaf_grads(), error))
 
-    @contextmanager
-    def torch_errors(self, where: Location) -> Iterator[None]:
+    def leaf_grads(self) -> tuple[tuple[str, TensorValue | None], ...]:
+        return tuple((name, tensor_value(tensor.grad))
+                     for name, tensor in self.built.leaves().items() if tensor.requires_grad)
+
+    def attempt(self, action: Any, of: torch.Tensor, expect: str | None,
+                where: Location) -> RunError | None:
+        """Run one backward or grad call; what torch raises becomes a RunError (expected if its
+        message contains `expect`). Saved tensors already freed are named while the graph is
+        still at hand, for the explanation."""
         try:
-            yield
+            action()
         except RuntimeError as exc:
-            raise SpecRunError(first_line(exc), where) from exc
+            message = str(exc)
+            expected = expect is not None and expect.lower() in message.lower()
+            return RunError(type(exc).__name__, message, expected, of.requires_grad,
+                            tuple(of.shape), self.freed_saved_tensors())
+        if expect is not None:
+            # What was meant to fail did not: that is a spec to fix, said with its place.
+            raise ExpectationError(f"expected torch to raise an error containing {expect!r}, but "
+                               "the call succeeded", where)
+        return None
+
+    def freed_saved_tensors(self) -> tuple[str, ...]:
+        """Each hooked node whose saved tensors can no longer be read: `MulBackward0 (self)`."""
+        freed = []
+        for node in self.node_objects:
+            lost = []
+            for attribute in sorted(name for name in dir(node) if name.startswith("_saved_")):
+                try:
+                    getattr(node, attribute)
+                except RuntimeError:
+                    lost.append(attribute.removeprefix("_saved_"))
+            if lost:
+                freed.append(f"{node.name()} ({', '.join(lost)})")
+        return tuple(freed)
 
     def result(self) -> PassTrace:
         self.flush_warnings()

@@ -130,11 +130,32 @@ class ModuleCall:
 
 
 @dataclass(frozen=True)
+class RunError:
+    """What torch raised in a backward or grad call, and what the run knew when it did.
+
+    `freed` names the nodes whose saved tensors had already been freed (by an earlier backward
+    without retain_graph), each with the saved values it had lost: `MulBackward0 (self)`.
+    """
+
+    category: str
+    message: str
+    expected: bool
+    requires_grad: bool
+    shape: tuple[int, ...]
+    freed: tuple[str, ...] = ()
+
+
+Grads = tuple[tuple[str, TensorValue | None], ...]
+
+
+@dataclass(frozen=True)
 class Run:
     """One backward or autograd.grad call of the pass, numbered from 1 in the order run.
 
-    `root` is the tensor differentiated; `fresh` says the leaves' `.grad` was empty (or zeroed)
-    before a backward run, so what it accumulates starts from nothing.
+    `call` is its index in the spec's `backward` list (kind backward) or `grad` list (kind
+    grad); `root` is the tensor differentiated; `fresh` says the leaves' `.grad` was empty (or
+    zeroed) before a backward run, so what it accumulates starts from nothing. `before` and
+    `after` are every leaf's `.grad` around the call; `error` what torch raised, if it did.
     """
 
     index: int
@@ -144,6 +165,15 @@ class Run:
     result: tuple[TensorValue | None, ...]
     root: int | None = None
     fresh: bool = True
+    call: int = 0
+    seed: TensorValue | None = None
+    before: Grads = ()
+    after: Grads = ()
+    error: RunError | None = None
+
+    @property
+    def failed(self) -> bool:
+        return self.error is not None
 
 
 @dataclass(frozen=True)
@@ -173,10 +203,10 @@ class PassTrace:
 
     def summed_runs(self, upto: int) -> list[Run]:
         """The backward runs whose gradients `.grad` holds after run `upto`: back to the last
-        one that started from an empty (or zeroed) `.grad`."""
+        one that started from an empty (or zeroed) `.grad`. A failed run adds nothing."""
         backward = [run for run in self.runs[:upto] if run.kind == "backward"]
         start = max((i for i, run in enumerate(backward) if run.fresh), default=0)
-        return backward[start:]
+        return [run for run in backward[start:] if not run.failed]
 
 
 def canonical_name(names: list[str] | tuple[str, ...]) -> str | None:

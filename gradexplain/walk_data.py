@@ -4,11 +4,16 @@ chain-rule derivation, and the final gradients. Plain, frozen, JSON-able data; n
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
 
-from gradexplain.trace_data import HookKind, Mode, Phase, TensorValue
+from gradexplain.capture_data import CaptureLesson
+from gradexplain.explain import Explanation
+from gradexplain.intervene_data import InterventionLesson
+from gradexplain.trace_data import HookKind, Mode, Phase, RunError, TensorValue
+from gradexplain.vjp_data import VjpLesson
 
 Layout = Literal["as-is", "transposed", "reshaped", "summed"]
 
@@ -128,6 +133,55 @@ class PassWalk:
 
 
 @dataclass(frozen=True)
+class LeafGrad:
+    """One leaf's `.grad` around one call: before, what the call adds (computed in the
+    hook-free run: nothing for autograd.grad), and after, checked to be before + added."""
+
+    name: str
+    before: TensorValue | None
+    added: TensorValue | None
+    after: TensorValue | None
+    check: Check | None
+
+
+@dataclass(frozen=True)
+class RunStep:
+    """One backward or autograd.grad call as the spec ran it, in order, with every leaf's
+    `.grad` around it and, if torch refused it, the error explained.
+
+    `post_accumulate` counts the post-accumulate-grad hook calls it caused (none under
+    autograd.grad); `expected` says the spec declared the error (`expect_error:`).
+    """
+
+    run: int
+    kind: Literal["backward", "grad"]
+    of: str
+    wrt: tuple[str, ...]
+    seed: TensorValue | None
+    zeroed: bool
+    retain_graph: bool
+    leaves: tuple[LeafGrad, ...]
+    post_accumulate: int
+    error: RunError | None = None
+    explanation: Explanation | None = None
+
+    @property
+    def unexpected(self) -> bool:
+        return self.error is not None and not self.error.expected
+
+
+@dataclass(frozen=True)
+class Lessons:
+    """What the spec asks beyond the hook walk, each run and checked on its own builds:
+    vector-Jacobian products of seeded calls, interventions (with against without), and
+    forward-hook captures."""
+
+    vjp: tuple[VjpLesson, ...] = ()
+    interventions: tuple[InterventionLesson, ...] = ()
+    captures: tuple[CaptureLesson, ...] = ()
+
+
+@dataclass(frozen=True)
 class Failure:
     """A check that failed: where, and what was claimed."""
 
@@ -146,6 +200,8 @@ class Walk:
     passes: tuple[PassWalk, ...]
     derivations: tuple[Derivation, ...]
     interventions: int
+    runs: tuple[RunStep, ...] = ()
+    lessons: Lessons = Lessons()
 
     def checks(self) -> list[Check]:
         """Every check the walk made: hook arguments, final `.grad`s, chain-rule terms."""
@@ -156,7 +212,19 @@ class Walk:
         return [item for item in self._checked() if not item.check.verified]
 
     def _checked(self) -> Iterator[Failure]:
-        """Every check with where it was made and what it claimed (a Failure if it failed)."""
+        """Every check with where it was made and what it claimed (a Failure if it failed).
+
+        A call torch refused that the spec did not expect counts as a failed check."""
+        for step in self.runs:
+            where = f"run {step.run}, {step.kind} of {step.of}"
+            for leaf in step.leaves:
+                if leaf.check is not None:
+                    yield Failure(None, f"{where}, {leaf.name}.grad", ".grad before + added",
+                                  leaf.check)
+            if step.error is not None and step.unexpected:
+                yield Failure(None, where, f"torch raised {step.error.category}",
+                              Check(False, math.inf, None))
+        yield from _lesson_checks(self.lessons)
         for walk_pass in self.passes:
             for event in walk_pass.events:
                 for arg in event.args:
@@ -173,6 +241,25 @@ class Walk:
                     if term.check is not None:
                         yield Failure(None, f"derivation of run {derivation.run}, {line.node}",
                                       f"{term.local} for {term.wrt}", term.check)
+
+
+def _lesson_checks(lessons: Lessons) -> Iterator[Failure]:
+    """Each lesson's own checks, as checks of the walk: a wrong lesson fails the run too."""
+    for lesson in lessons.vjp:
+        for identity in lesson.identities:
+            yield Failure(None, f"vector-Jacobian product of {lesson.of} wrt {lesson.wrt}",
+                          identity.text, Check(identity.verified, identity.max_abs_err, None))
+    for item in lessons.interventions:
+        where = f"intervention {item.action} on {item.hook} {item.target or '<model>'}"
+        if item.error is not None and not item.expected_error:
+            yield Failure(None, where, f"torch raised: {item.error}", Check(False, math.inf, None))
+        if item.verified is not None:
+            yield Failure(None, where, "every .grad with = without + the replacement's share",
+                          Check(item.verified, item.max_abs_err, None))
+    for capture in lessons.captures:
+        yield Failure(None, f"capture {capture.name} on {capture.module}",
+                      "stored activations equal a hook-free forward",
+                      Check(capture.verified, capture.max_abs_err, None))
 
 
 def _event_where(event: LabelledEvent, arg: str) -> str:

@@ -39,6 +39,16 @@ SPEC_NAMES = (
     "cnn_hooks",
     "embedding",
 )
+# The lesson specs of issue 5, each tested against plain torch by its lesson's tests.
+LESSON_SPECS = (
+    "scalar_only",
+    "second_backward",
+    "no_grad_backward",
+    "column_backward",
+    "intervene_legacy",
+    "wrong_replacement",
+    "cam_capture",
+)
 
 
 def _load(name: str) -> tuple[ModelSpec, Built]:
@@ -170,10 +180,10 @@ def test_vector_backward_matches_article_and_accumulates() -> None:
     assert b_output.grad_fn.name() == "MulBackward0"
 
     # The spec asks for exactly this backward: of y, gradient [100, 0.1], retain_graph, twice.
-    assert spec.backward is not None
-    assert (spec.backward.of, spec.backward.retain_graph, spec.backward.times) == ("y", True, 2)
-    assert spec.backward.gradient is not None
-    assert spec.backward.gradient.value == [100.0, 0.1]
+    (backward,) = spec.backwards
+    assert (backward.of, backward.retain_graph, backward.times) == ("y", True, 2)
+    assert backward.gradient is not None
+    assert backward.gradient.value == [100.0, 0.1]
 
     torch.autograd.backward(y, gradients, retain_graph=True)  # = y.backward(gradients, ...)
     b_output.backward(gradients, retain_graph=True)
@@ -477,7 +487,7 @@ def test_embedding_matches_plain_layer_and_rows() -> None:
 # --- build(): deterministic and leaves the caller's RNG alone -------------------------------------
 
 
-@pytest.mark.parametrize("name", SPEC_NAMES)
+@pytest.mark.parametrize("name", SPEC_NAMES + LESSON_SPECS)
 def test_build_is_deterministic_and_keeps_global_rng(name: str) -> None:
     spec = load_spec(SPECS / f"{name}.yaml")
     torch.manual_seed(1234)
@@ -501,4 +511,4 @@ def test_build_is_deterministic_and_keeps_global_rng(name: str) -> None:
 
 
 def test_specs_dir_has_exactly_the_tested_specs() -> None:
-    assert sorted(path.stem for path in SPECS.glob("*.yaml")) == sorted(SPEC_NAMES)
+    assert sorted(path.stem for path in SPECS.glob("*.yaml")) == sorted(SPEC_NAMES + LESSON_SPECS)

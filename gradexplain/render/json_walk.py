@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from gradexplain.codec import to_data
 from gradexplain.trace_data import Nested, TensorValue
 from gradexplain.walk_data import Check, LabelledArg, LabelledEvent, Meaning, PassWalk, Walk
 
@@ -17,6 +18,9 @@ def walk_json(walk: Walk) -> dict[str, Any]:
         "torch": walk.torch,
         "spec": walk.spec,
         "passes": [_pass(walk_pass) for walk_pass in walk.passes],
+        # Beyond the contract's keys: every call in order, with .grad around it and errors.
+        "runs": [to_data(step) for step in walk.runs],
+        "lessons": to_data(walk.lessons),
     }
 
 

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from gradexplain.graphview import ACCUMULATE
 from gradexplain.render.fmt import fmt, fmt_shape, fmt_value
 from gradexplain.render.latex import formula_latex, tensor_latex
+from gradexplain.render.lessons_render import lessons_markdown
 from gradexplain.render.markdown import (
     blocks,
     bold,
@@ -50,6 +51,7 @@ def walk_markdown(walk: Walk, level: int = 2) -> str:
     pass", "Hook timeline: full pass" and "Checks" with headings at `level`."""
     return blocks(
         _header(walk),
+        lessons_markdown(walk, level),
         heading(level, "Chain rule"),
         derivation_markdown(walk, level + 1),
         timeline_markdown(walk, level),
@@ -77,8 +79,10 @@ def _header(walk: Walk) -> str:
     if walk.about:
         parts.append(escape(walk.about, block=True))
     if walk.interventions:
-        parts.append(_alert("NOTE", f"The spec declares {fmt(walk.interventions)} "
-                                    "intervention(s); walk shows the gradients without them."))
+        parts.append(_alert("NOTE", "The two hook passes run without the spec's "
+                                    "interventions, so every label keeps its meaning; each "
+                                    "intervention is compared with and without it in its own "
+                                    "section."))
     failures = walk.failures()
     if failures:
         parts.append(_alert("CAUTION", f"{bold(_failed_count(walk, failures))}: these labels "
@@ -110,15 +114,17 @@ def derivation_markdown(walk: Walk, level: int = 3) -> str:
 def _derivation(derivation: Derivation, level: int) -> str:
     call = "backward" if derivation.kind == "backward" else "autograd.grad"
     title = f"Run {fmt(derivation.run)}: {call} of {code(derivation.of)}"
-    seed = (f"Seed gradient: {value_cell(derivation.seed)}."
+    seed = (f"Seed gradient {math('v')} = {value_cell(derivation.seed)}: every {math('g')} "
+            f"below is the vector-Jacobian product {math(_partial(derivation.of, '·', True))}."
             if derivation.seed is not None else "")
-    items = [_derivation_line(derivation.of, number, line)
+    seeded = derivation.seed is not None
+    items = [_derivation_line(derivation.of, number, line, seeded)
              for number, line in enumerate(derivation.lines, start=1)]
     return blocks(heading(level, title), seed, "\n".join(items))
 
 
-def _derivation_line(of: str, number: int, line: DerivationLine) -> str:
-    upstream = math(rf"g = {_partial(of, line.output)}")
+def _derivation_line(of: str, number: int, line: DerivationLine, seeded: bool) -> str:
+    upstream = math(rf"g = {_partial(of, line.output, seeded)}")
     made = "leaf" if line.node == ACCUMULATE else "made"
     head = (f"{number}. {code(display_node(line.node))} ({made} {math(tensor_latex(line.output))})"
             f": {upstream} = {value_cell(line.upstream)}")
@@ -127,21 +133,25 @@ def _derivation_line(of: str, number: int, line: DerivationLine) -> str:
                              "checked all the same)")
     # Nested items must be indented past `10. `, not just `1. `, to stay inside the item.
     indent = " " * len(f"{number}. ")
-    return "\n".join([head, *(f"{indent}- {_term(of, term)}" for term in line.terms)])
+    return "\n".join([head, *(f"{indent}- {_term(of, term, seeded)}" for term in line.terms)])
 
 
-def _term(of: str, term: Term) -> str:
+def _term(of: str, term: Term, seeded: bool) -> str:
     check = check_cell(term.check)
     mark = f" {check}" if check else ""
     formula = formula_latex(term.local)
     if "+=" in term.local:
         # AccumulateGrad's rule is a statement, not a derivative: say what it adds.
         return f"{math(formula)}: adds {value_cell(term.value)}{mark}"
-    return f"{math(f'{_partial(of, term.wrt)} = {formula}')} = {value_cell(term.value)}{mark}"
+    derivative = _partial(of, term.wrt, seeded)
+    return f"{math(f'{derivative} = {formula}')} = {value_cell(term.value)}{mark}"
 
 
-def _partial(of: str, wrt: str) -> str:
-    return rf"\frac{{\partial {tensor_latex(of)}}}{{\partial {tensor_latex(wrt)}}}"
+def _partial(of: str, wrt: str, seeded: bool = False) -> str:
+    """∂of/∂wrt in LaTeX; with a seed v, the vector-Jacobian product vᵀ·∂of/∂wrt."""
+    below = r"(\cdot)" if wrt == "·" else tensor_latex(wrt)
+    fraction = rf"\frac{{\partial {tensor_latex(of)}}}{{\partial {below}}}"
+    return rf"v^{{\top}} {fraction}" if seeded else fraction
 
 
 def display_node(name: str) -> str:

@@ -12,7 +12,9 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gradexplain.diff import compare, module_title
+from gradexplain.diff import HookDiff, compare, module_title
+from gradexplain.order import first_firing_order
+from gradexplain.render.lessons_render import lessons_sections
 from gradexplain.render.markdown import blocks, bold, bullets, code, escape, heading, table
 from gradexplain.render.markdown_diff import diff_markdown, prose
 from gradexplain.render.markdown_walk import (
@@ -22,12 +24,14 @@ from gradexplain.render.markdown_walk import (
     timeline_markdown,
 )
 from gradexplain.render.mermaid import MAX_NODES, autograd_mermaid, forward_mermaid
+from gradexplain.render.order_render import order_markdown
 from gradexplain.session import Session
 from gradexplain.walk_data import Walk
 
 # Longer specs are shown up to here in the report; the file itself has the rest.
 SPEC_LINES = 80
 
+# The sections every report has, in order; lesson sections come only where the spec asks.
 SECTIONS = (
     "Summary",
     "The model",
@@ -45,38 +49,51 @@ SECTIONS = (
 def report_markdown(session: Session) -> str:
     walk = session.walk
     diff = compare(session)
-    return blocks(
+    sections = [(title, body) for title, body in _sections(session, diff) if body]
+    parts = [
         heading(1, f"gradexplain report: {escape(walk.name)}"),
         f"> {escape(walk.about)}" if walk.about else "",
         f"Spec {code(walk.spec)}, run with torch {code(walk.torch)} by "
         f"{code('gradexplain report')}.",
-        bullets([f"[{title}](#{anchor(title)})" for title in SECTIONS]),
-        heading(2, "Summary"),
-        _summary(walk),
-        bullets([f"{code(module_title(module.module))}: {prose(module.verdict)}"
-                 for module in diff.modules]),
-        heading(2, "The model"),
-        _spec_excerpt(session.spec_text, walk.spec),
-        heading(2, "Forward graph"),
-        _diagram(forward_mermaid(session), "the forward"),
-        heading(2, "Forward values"),
-        forward_values_markdown(session, level=3),
-        heading(2, "Autograd graph"),
-        "The legacy pass's graph, from the output down to the leaves (gradients flow along the "
-        "arrows). Each node a legacy `register_backward_hook` sits on is marked with its "
-        "modules.",
-        _diagram(autograd_mermaid(session), "the autograd graph"),
-        heading(2, "Chain rule"),
-        derivation_markdown(walk, level=3),
-        heading(2, "Legacy vs full"),
-        diff_markdown(diff, level=2),
-        heading(2, "Hook timeline"),
-        timeline_markdown(walk, level=3, warnings=False),
-        heading(2, "Checks"),
-        checks_markdown(walk, level=3),
-        heading(2, "Environment"),
-        _environment(session),
-    )
+        bullets([f"[{title}](#{anchor(title)})" for title, _ in sections]),
+    ]
+    for title, body in sections:
+        parts += [heading(2, title), body]
+    return blocks(*parts)
+
+
+def _sections(session: Session, diff: HookDiff) -> list[tuple[str, str]]:
+    """Every section as (title, body); a lesson the spec does not ask for has an empty body."""
+    walk = session.walk
+    return [
+        ("Summary", blocks(_summary(walk), bullets(
+            [f"{code(module_title(module.module))}: {prose(module.verdict)}"
+             for module in diff.modules]))),
+        ("The model", _spec_excerpt(session.spec_text, walk.spec)),
+        ("Forward graph", _diagram(forward_mermaid(session), "the forward")),
+        ("Forward values", forward_values_markdown(session, level=3)),
+        ("Autograd graph", blocks(
+            "The legacy pass's graph, from the output down to the leaves (gradients flow along "
+            "the arrows). Each node a legacy `register_backward_hook` sits on is marked with "
+            "its modules.",
+            _diagram(autograd_mermaid(session), "the autograd graph"))),
+        *lessons_sections(walk, level=2),
+        ("Chain rule", derivation_markdown(walk, level=3)),
+        ("Legacy vs full", diff_markdown(diff, level=2)),
+        ("Hook timeline", timeline_markdown(walk, level=3, warnings=False)),
+        ("Firing order", _firing_orders(session)),
+        ("Checks", checks_markdown(walk, level=3)),
+        ("Environment", _environment(session)),
+    ]
+
+
+def _firing_orders(session: Session) -> str:
+    """Each pass's first call as a numbered timeline with the rule behind each position."""
+    orders = [first_firing_order(trace) for trace in session.traces]
+    return blocks(
+        "Every hook call of each pass's first call, numbered, with the rule that puts it "
+        "there (rules from torch 2.13's engine, checked against the order observed).",
+        *(order_markdown(order, level=3) for order in orders if order is not None))
 
 
 def anchor(title: str) -> str:
@@ -119,9 +136,7 @@ def _environment(session: Session) -> str:
             where = "the model" if warning.module == "" else warning.module or "the run"
             rows.append([walk_pass.mode, escape(where), warning.phase, code(warning.category),
                          escape(warning.message), str(warning.count)])
-    parts = [f"torch {code(walk.torch)}. Interventions declared by the spec: "
-             f"{walk.interventions} (not applied by this version)." if walk.interventions
-             else f"torch {code(walk.torch)}."]
+    parts = [f"torch {code(walk.torch)}."]
     if rows:
         parts += ["torch's warnings, once per module and message:",
                   table(["pass", "module", "phase", "category", "message", "times"], rows)]

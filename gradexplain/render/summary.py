@@ -19,9 +19,15 @@ def validate_line(spec: ModelSpec) -> str:
         _plural(counts.steps, "step"),
     ]
     goals = []
-    if spec.backward is not None:
-        times = f" x{spec.backward.times}" if spec.backward.times > 1 else ""
-        goals.append(f"backward of {spec.backward.of}{times}")
+    for backward in spec.backwards:
+        times = f" x{backward.times}" if backward.times > 1 else ""
+        goals.append(f"backward of {backward.of}{times}")
     if spec.grads:
         goals.append(_plural(len(spec.grads), "autograd.grad call"))
+    expectations = [item.expect_error for item in spec.backwards]
+    expectations += [item.expect_error for item in spec.grads]
+    expectations += [item.expect_error for item in spec.interventions]
+    expected = sum(1 for item in expectations if item is not None)
+    if expected:
+        goals.append(f"{expected} expected to fail")
     return f"{spec.file}: ok, {spec.name}: {', '.join(parts)}; {', '.join(goals)}"

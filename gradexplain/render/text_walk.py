@@ -13,6 +13,7 @@ from rich.text import Text
 
 from gradexplain.label import short_name
 from gradexplain.render.fmt import fmt, fmt_value
+from gradexplain.render.lessons_render import lessons_text
 from gradexplain.walk_data import (
     Check,
     Derivation,
@@ -30,6 +31,7 @@ PASS_TITLES = {
 
 def walk_text(walk: Walk) -> RenderableType:
     parts: list[RenderableType] = [_header(walk)]
+    parts += lessons_text(walk)
     for derivation in walk.derivations:
         parts.append(_derivation(derivation))
     for walk_pass in walk.passes:
@@ -52,29 +54,34 @@ def _header(walk: Walk) -> RenderableType:
     if walk.about:
         lines.append(Text(walk.about, style="dim"))
     if walk.interventions:
-        lines.append(Text(f"note: the spec declares {walk.interventions} intervention(s); "
-                          "walk shows the gradients without them", style="yellow"))
+        lines.append(Text("the two passes below run without the spec's interventions, so "
+                          "every label keeps its meaning; each intervention is compared with "
+                          "and without it in its own section", style="dim"))
     return Group(*lines, Text(""))
 
 
 def _derivation(derivation: Derivation) -> RenderableType:
     call = "backward" if derivation.kind == "backward" else "autograd.grad"
     title = f"chain rule of run {derivation.run}: {call} of {derivation.of}"
+    lines: list[RenderableType] = []
     if derivation.seed is not None:
-        title += f", seed gradient {fmt_value(derivation.seed)}"
-    lines: list[RenderableType] = [Text(title, style="bold underline")]
+        title += f", seed gradient v = {fmt_value(derivation.seed)}"
+        lines.append(Text(f"every g below is vᵀ·∂{derivation.of}/∂(·): a vector-Jacobian "
+                          "product, v weighing each output element", style="dim italic"))
+    lines.insert(0, Text(title, style="bold underline"))
+    prefix = "vᵀ·" if derivation.seed is not None else ""
     for line in derivation.lines:
-        lines.append(_derivation_line(derivation.of, line))
+        lines.append(_derivation_line(prefix + "∂" + derivation.of, line))
     lines.append(Text(""))
     return Group(*lines)
 
 
-def _derivation_line(of: str, line: DerivationLine) -> RenderableType:
+def _derivation_line(numerator: str, line: DerivationLine) -> RenderableType:
     table = Table.grid(padding=(0, 1))
     table.add_column(no_wrap=True)
     table.add_column(max_width=80)
     table.add_column(no_wrap=True)
-    gradient = f"  g = ∂{of}/∂{short_name(line.output)} = "
+    gradient = f"  g = {numerator}/∂{short_name(line.output)} = "
     head = Text.assemble((display_node(line.node), "cyan"), gradient, fmt_value(line.upstream))
     if not line.has_rule:
         head.append("  (no rule for this node type: generic vector-Jacobian product)",

@@ -6,7 +6,7 @@ each target must exist, require grad where a gradient is asked of it, and fit in
 
 from __future__ import annotations
 
-from gradexplain.errors import Location, SpecNameError, SpecShapeError
+from gradexplain.errors import Location, SpecNameError, SpecSchemaError, SpecShapeError
 from gradexplain.spec import shapes
 from gradexplain.spec.model import ModelSpec, TensorInfo, TensorInit
 from gradexplain.spec.scope import suggest
@@ -23,31 +23,30 @@ def check_goals(spec: ModelSpec, tensors: Tensors, module_paths: set[str]) -> No
 
 
 def _check_backward(spec: ModelSpec, tensors: Tensors) -> None:
-    backward = spec.backward
-    if backward is None:
-        return
-    info = _differentiable(tensors, backward.of, backward.where, "backward")
-    if backward.gradient is None:
-        _scalar(info, backward.where, "backward", "`gradient:`")
-    else:
-        _same_shape(backward.gradient, info, "gradient")
-    if backward.times > 1 and not backward.retain_graph:
-        raise SpecShapeError(
-            f"times: {backward.times} runs backward more than once, which needs "
-            "retain_graph: true (torch frees the graph's saved tensors after a backward)",
-            backward.where,
-        )
+    # A second backward without retain_graph is left to torch: it only fails where a node on
+    # the way saved tensors (x * 3 does, x + 3 does not), which the checker cannot know.
+    for backward in spec.backwards:
+        # A step expected to fail may break the rules below: that is the lesson it teaches.
+        lenient = backward.expect_error is not None
+        info = _differentiable(tensors, backward.of, backward.where, "backward", lenient)
+        if backward.gradient is None:
+            if not lenient:
+                _scalar(info, backward.where, "backward", "`gradient:`")
+        else:
+            _same_shape(backward.gradient, info, "gradient")
 
 
 def _check_grads(spec: ModelSpec, tensors: Tensors) -> None:
     for call in spec.grads:
-        info = _differentiable(tensors, call.of, call.where, "grad `of`")
+        lenient = call.expect_error is not None
+        info = _differentiable(tensors, call.of, call.where, "grad `of`", lenient)
         for name in call.wrt:
-            _differentiable(tensors, name, call.where, "grad `wrt`")
+            _differentiable(tensors, name, call.where, "grad `wrt`", lenient)
         outputs = call.grad_outputs
         if outputs is None:
-            _scalar(info, call.where, "grad", "`grad_outputs:` (ones, {one_hot: column} or a "
-                                              "literal)")
+            if not lenient:
+                _scalar(info, call.where, "grad", "`grad_outputs:` (ones, {one_hot: column} "
+                                                  "or a literal)")
         elif outputs.kind == "value":
             assert outputs.value is not None
             _same_shape(outputs.value, info, "grad_outputs")
@@ -64,6 +63,24 @@ def _check_grads(spec: ModelSpec, tensors: Tensors) -> None:
 
 def _check_hooks(spec: ModelSpec, tensors: Tensors, module_paths: set[str]) -> None:
     for item in spec.interventions:
+        if item.action == "wrong_length" and item.hook == "tensor":
+            # A tuple from a tensor hook is a TypeError of another kind ("expected Variable"),
+            # not the length rule this action is there to show.
+            raise SpecSchemaError(
+                "wrong_length needs a hook that returns a tuple (backward, full_backward or "
+                "full_backward_pre): a tensor hook returns one tensor, which has no length to "
+                "get wrong; use wrong_shape to see torch refuse a tensor hook's replacement",
+                item.where,
+            )
+        if item.action in ("wrong_length", "wrong_shape") and item.expect_error is None:
+            # These actions exist to show torch's refusal: naming part of its message makes the
+            # lesson a check that torch still refuses, and says so.
+            raise SpecSchemaError(
+                f"the {item.action} action returns what torch refuses; give `expect_error:` "
+                "with part of torch's message (e.g. 'invalid number of grad_input' or 'changed "
+                "the size of value')",
+                item.where,
+            )
         if item.hook == "tensor":
             _differentiable(tensors, item.target, item.where, "the tensor hook")
         elif item.target not in module_paths:
@@ -82,8 +99,10 @@ def _check_hooks(spec: ModelSpec, tensors: Tensors, module_paths: set[str]) -> N
             )
 
 
-def _differentiable(tensors: Tensors, name: str, where: Location, role: str) -> TensorInfo:
-    """The named tensor, which must exist and require grad for a gradient to be asked of it."""
+def _differentiable(tensors: Tensors, name: str, where: Location, role: str,
+                    lenient: bool = False) -> TensorInfo:
+    """The named tensor, which must exist and (unless `lenient`: a step expected to fail)
+    require grad for a gradient to be asked of it."""
     info = tensors.get(name)
     if info is None:
         raise SpecNameError(
@@ -91,7 +110,7 @@ def _differentiable(tensors: Tensors, name: str, where: Location, role: str) -> 
             f"{suggest(name, list(tensors))}",
             where,
         )
-    if not info.requires_grad:
+    if not info.requires_grad and not lenient:
         raise SpecNameError(
             f"{role} names {name!r}, which does not require grad: nothing upstream of it has "
             "requires_grad: true",

@@ -110,7 +110,11 @@ class ModuleSpec:
 
 @dataclass(frozen=True)
 class BackwardSpec:
-    """`backward:` a tensor's `.backward()`, possibly with a gradient, several times."""
+    """One `backward:` item: a tensor's `.backward()`, possibly with a gradient, several times.
+
+    `zero_grad` empties every leaf's `.grad` before it; `expect_error` is part of the message
+    torch is expected to raise (a lesson about an error), None when it must succeed.
+    """
 
     of: str
     gradient: TensorInit | None
@@ -118,6 +122,8 @@ class BackwardSpec:
     times: int
     zero_grad_between: bool
     where: Location = field(compare=False)
+    zero_grad: bool = False
+    expect_error: str | None = None
 
 
 @dataclass(frozen=True)
@@ -138,15 +144,20 @@ class GradCall:
     grad_outputs: GradOutputs | None
     retain_graph: bool
     where: Location = field(compare=False)
+    expect_error: str | None = None
 
 
 HookKind = Literal["backward", "full_backward", "full_backward_pre", "tensor"]
-ActionKind = Literal["normalize", "scale", "zero", "clip"]
+ActionKind = Literal["normalize", "scale", "zero", "clip", "wrong_length", "wrong_shape"]
 
 
 @dataclass(frozen=True)
 class Intervention:
-    """A hook that returns a replacement gradient, chosen from a fixed catalogue of actions."""
+    """A hook that returns a replacement gradient, chosen from a fixed catalogue of actions.
+
+    `wrong_length` and `wrong_shape` return what torch refuses, to show its message and the rule;
+    `expect_error` is then part of that message.
+    """
 
     hook: HookKind
     target: str
@@ -155,15 +166,20 @@ class Intervention:
     min: float | None
     max: float | None
     where: Location = field(compare=False)
+    expect_error: str | None = None
 
 
 @dataclass(frozen=True)
 class Capture:
-    """A forward hook that stores a module's output under a name (the CAM pattern)."""
+    """A forward hook that stores a module's output under a name (the CAM pattern).
+
+    `remove_after`: the hook's handle is removed after that many forward calls (None: never).
+    """
 
     name: str
     module: str
     where: Location = field(compare=False)
+    remove_after: int | None = None
 
 
 @dataclass(frozen=True)
@@ -187,7 +203,7 @@ class ModelSpec:
     dtype: DType
     inputs: tuple[InputSpec, ...]
     root: ModuleSpec
-    backward: BackwardSpec | None
+    backwards: tuple[BackwardSpec, ...]
     grads: tuple[GradCall, ...]
     interventions: tuple[Intervention, ...]
     captures: tuple[Capture, ...]

@@ -44,7 +44,8 @@ MODULE_KEYS = ("params", "layers", "modules", "forward")
 INIT_KEYS = ("value", "randn", "rand", "zeros", "ones")
 DTYPES: tuple[DType, ...] = ("float32", "float64", "int64")
 HOOKS = ("backward", "full_backward", "full_backward_pre", "tensor")
-ACTIONS = ("normalize", "scale", "zero", "clip")
+ACTIONS = ("normalize", "scale", "zero", "clip", "wrong_length", "wrong_shape")
+MAX_RUNS = 100  # backward items plus grad calls
 # Layer arguments that are sizes or counts: zero or negative values are never meaningful.
 _POSITIVE = {"in_features", "out_features", "in_channels", "out_channels", "kernel_size",
              "stride", "dilation", "groups", "num_embeddings", "embedding_dim",
@@ -64,7 +65,7 @@ def read_spec(doc: Document) -> ModelSpec:
                    (top["inputs"].entries("a mapping of input names") if "inputs" in top else []))
     root = reader.module("", "", top, tuple(spec.name for spec in inputs), doc.where(()),
                          top_level=True)
-    backward = reader.backward(top["backward"]) if "backward" in top else None
+    backwards = reader.backwards(top["backward"]) if "backward" in top else ()
     grads = tuple(reader.grad_call(item) for item in
                   (top["grad"].items("a list of grad calls") if "grad" in top else []))
     interventions = tuple(
@@ -72,15 +73,18 @@ def read_spec(doc: Document) -> ModelSpec:
         (top["interventions"].items("a list of interventions") if "interventions" in top else [])
     )
     captures = tuple(
-        Capture(_check_name(cursor, key, "capture"), cursor.text("a module path"), cursor.where())
+        reader.capture(key, cursor)
         for key, cursor in (top["captures"].entries("a mapping of capture names to module paths")
                             if "captures" in top else [])
     )
-    if backward is None and not grads:
+    if not backwards and not grads:
         Cursor(doc, (), doc.data).fail(
             "nothing to differentiate: give `backward: <tensor>` or a `grad:` list"
         )
-    return ModelSpec(name, about, doc.file, seed, reader.dtype, inputs, root, backward, grads,
+    if len(backwards) + len(grads) > MAX_RUNS:
+        raise SpecLimitError(f"{len(backwards) + len(grads)} backward and grad calls; at most "
+                             f"{MAX_RUNS} are allowed", doc.where(()))
+    return ModelSpec(name, about, doc.file, seed, reader.dtype, inputs, root, backwards, grads,
                      interventions, captures)
 
 
@@ -289,20 +293,31 @@ class _Reader:
 
     # --- backward, grad, interventions ------------------------------------------------------
 
+    def backwards(self, cursor: Cursor) -> tuple[BackwardSpec, ...]:
+        """`backward:` is one item (a name or a mapping) or a list of them, run in order."""
+        if isinstance(cursor.value, list):
+            items = cursor.items("a list of backward calls")
+            if not items:
+                cursor.fail("an empty backward list; give at least one tensor name")
+            return tuple(self.backward(item) for item in items)
+        return (self.backward(cursor),)
+
     def backward(self, cursor: Cursor) -> BackwardSpec:
         if isinstance(cursor.value, str):
             return BackwardSpec(cursor.value, None, False, 1, False, cursor.where())
-        fields = cursor.mapping(("of", "gradient", "retain_graph", "times", "zero_grad_between"),
+        fields = cursor.mapping(("of", "gradient", "retain_graph", "times", "zero_grad_between",
+                                 "zero_grad", "expect_error"),
                                 required=("of",), what="a tensor name, or a mapping with `of:`")
         gradient = self.literal(fields["gradient"], self.dtype) if "gradient" in fields else None
         times = fields["times"].integer(1, MAX_TIMES) if "times" in fields else 1
         retain = fields["retain_graph"].boolean() if "retain_graph" in fields else False
         zero = fields["zero_grad_between"].boolean() if "zero_grad_between" in fields else False
+        zero_before = fields["zero_grad"].boolean() if "zero_grad" in fields else False
         return BackwardSpec(fields["of"].text("a tensor name"), gradient, retain, times, zero,
-                            cursor.where())
+                            cursor.where(), zero_before, _expect_error(fields))
 
     def grad_call(self, cursor: Cursor) -> GradCall:
-        fields = cursor.mapping(("of", "wrt", "grad_outputs", "retain_graph"),
+        fields = cursor.mapping(("of", "wrt", "grad_outputs", "retain_graph", "expect_error"),
                                 required=("of", "wrt"),
                                 what="a mapping like {of: pred, wrt: x, grad_outputs: ones}")
         wrt_cursor = fields["wrt"]
@@ -314,7 +329,8 @@ class _Reader:
             wrt = (wrt_cursor.text("a tensor name or a list of names"),)
         outputs = self.grad_outputs(fields["grad_outputs"]) if "grad_outputs" in fields else None
         retain = fields["retain_graph"].boolean() if "retain_graph" in fields else False
-        return GradCall(fields["of"].text("a tensor name"), wrt, outputs, retain, cursor.where())
+        return GradCall(fields["of"].text("a tensor name"), wrt, outputs, retain, cursor.where(),
+                        _expect_error(fields))
 
     def grad_outputs(self, cursor: Cursor) -> GradOutputs:
         if cursor.value == "ones":
@@ -329,7 +345,7 @@ class _Reader:
         return GradOutputs("value", value=self.literal(cursor, self.dtype))
 
     def intervention(self, cursor: Cursor) -> Intervention:
-        fields = cursor.mapping(("hook", "on", "action", "factor", "min", "max"),
+        fields = cursor.mapping(("hook", "on", "action", "factor", "min", "max", "expect_error"),
                                 required=("hook", "on", "action"),
                                 what="a mapping like {hook: full_backward, on: model, "
                                      "action: normalize}")
@@ -355,7 +371,30 @@ class _Reader:
         if low is not None and high is not None and low > high:
             cursor.fail(f"clip min {low} is above max {high}")
         return Intervention(hook, fields["on"].text("a module path or tensor name"),  # type: ignore[arg-type]
-                            action, factor, low, high, cursor.where())  # type: ignore[arg-type]
+                            action, factor, low, high, cursor.where(),  # type: ignore[arg-type]
+                            _expect_error(fields))
+
+    def capture(self, name: str, cursor: Cursor) -> Capture:
+        """`name: module.path`, or `name: {module: module.path, remove_after: 1}`."""
+        _check_name(cursor, name, "capture")
+        if not isinstance(cursor.value, dict):
+            return Capture(name, cursor.text("a module path"), cursor.where())
+        fields = cursor.mapping(("module", "remove_after"), required=("module",),
+                                what="a module path, or {module: path, remove_after: calls}")
+        remove_after = (fields["remove_after"].integer(0, MAX_TIMES) if "remove_after" in fields
+                        else None)
+        return Capture(name, fields["module"].text("a module path"), cursor.where(),
+                       remove_after)
+
+
+def _expect_error(fields: dict[str, Cursor]) -> str | None:
+    """`expect_error:` part of the message torch is expected to raise (case does not matter)."""
+    if "expect_error" not in fields:
+        return None
+    text = fields["expect_error"].text("part of the error message torch is expected to raise")
+    if not text.strip():
+        fields["expect_error"].fail("expect_error needs some of the expected message's words")
+    return text.strip()
 
 
 def _kwarg(cursor: Cursor, param: Param) -> KwargValue:

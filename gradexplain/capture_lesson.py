@@ -1,0 +1,203 @@
+"""The forward-hook capture lesson: the hooks tutorial's class-activation-map pattern, checked.
+
+For each `captures:` item of a spec (`save_feat: net.conv1`), on a fresh build: register a forward
+hook on the module that appends its output to a list, exactly as the article's `hook_func` fills
+its global `save_feat`; run the forward; and, where the spec says `remove_after: N`, call
+`handle.remove()` after the N-th forward and run one forward more, to show that the hook no longer
+fires and the list stops growing. Every stored entry is then checked against an independent
+computation: the value the step calling the module produces in a hook-free run of another build
+(`net.c1` for `c1 = conv1(x)`). A module called several times per forward makes the hook fire
+once per call, and each call's entry is checked against that call's value.
+
+`capture_lessons(spec)` is the entry point; it returns plain data (`capture_data.py`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from contextlib import ExitStack
+from typing import Any
+
+import torch
+from torch import nn
+
+from gradexplain.build import build, observe
+from gradexplain.capture_data import CaptureLesson, ForwardCall, StoredEntry
+from gradexplain.session import forward_steps
+from gradexplain.spec.model import Capture, ModelSpec
+from gradexplain.trace import tensor_value
+from gradexplain.trace_data import TensorValue
+
+# The same tolerance as the walk's checks: the hooked and the hook-free run are separate builds,
+# identical bit for bit, but a tolerance keeps the check honest if a kernel ever reorders sums.
+ABSOLUTE_TOLERANCE = 1e-5
+RELATIVE_TOLERANCE = 1e-4
+
+Outputs = tuple[torch.Tensor, ...]
+
+
+def capture_lessons(spec: ModelSpec) -> tuple[CaptureLesson, ...]:
+    """Every capture of `spec`, run as the article does and checked (in spec order)."""
+    return tuple(capture_lesson(spec, capture) for capture in spec.captures)
+
+
+def capture_lesson(spec: ModelSpec, capture: Capture) -> CaptureLesson:
+    """One capture: hook, forward(s), `handle.remove()`, and the checks."""
+    groups = output_groups(spec, capture.module)
+    expected = hook_free_outputs(spec, capture.module, groups)
+    forward_count = 1 if capture.remove_after is None else capture.remove_after + 1
+    saved, forwards = _run_hooked(spec, capture, forward_count)
+
+    stored: list[StoredEntry] = []
+    position = 0
+    for forward in forwards:
+        for call in range(forward.entries):
+            reference = expected[call] if call < len(expected) else None
+            verified, error = (False, math.inf) if reference is None else check_entry(
+                saved[position], reference)
+            stored.append(StoredEntry(
+                index=position,
+                forward=forward.number,
+                call=call,
+                values=tuple(_value(tensor) for tensor in saved[position]),
+                verified=verified,
+                max_abs_err=error,
+                expected=None if not reference else tensor_value(reference[0]),
+            ))
+            position += 1
+
+    # The counts are the lesson as much as the values: once per call while hooked, never after
+    # handle.remove().
+    counts_right = all(forward.entries == (len(expected) if forward.hooked else 0)
+                       for forward in forwards)
+    errors = [entry.max_abs_err for entry in stored]
+    max_abs_err = max(errors, default=0.0) if counts_right else math.inf
+    return CaptureLesson(
+        name=capture.name,
+        module=capture.module,
+        output_names=tuple(name for group in groups for name in group),
+        calls_per_forward=len(expected),
+        output_shape=tuple(expected[0][0].shape) if expected and expected[0] else None,
+        remove_after=capture.remove_after,
+        forwards=tuple(forwards),
+        stored=tuple(stored),
+        verified=counts_right and all(entry.verified for entry in stored),
+        max_abs_err=max_abs_err,
+    )
+
+
+def output_groups(spec: ModelSpec, module: str) -> tuple[tuple[str, ...], ...]:
+    """The targets of every forward step that calls `module` (`(("net.c1",),)` for net.conv1).
+
+    The top-level model ("") is called by no step: its output is what the model returns.
+    """
+    if module == "":
+        return (tuple(spec.root.qualify(name) for name in spec.root.returns),)
+    return tuple(step.targets for step in forward_steps(spec) if step.calls == module)
+
+
+def hook_free_outputs(spec: ModelSpec, module: str,
+                      groups: Sequence[tuple[str, ...]]) -> list[Outputs]:
+    """The module's output at each of its calls in one forward of a fresh build, no hook on it.
+
+    Read from the named values the forward reports (`observe`), not from a hook, so the check
+    does not depend on the mechanism it checks. Every report is kept, not only a name's first
+    as in `run_forward`: a parent called twice reports `net.c1` twice, once per call.
+    """
+    built = build(spec)
+    if module == "":
+        output = built.model(*built.inputs)
+        return [_tensors(output)]
+    first = {group[0]: len(group) for group in groups if group}
+    rest = {name for group in groups for name in group[1:]}
+    calls: list[list[torch.Tensor]] = []
+
+    def record(name: str, value: Any) -> None:
+        # A step's targets are reported one after another, the first one opening the call.
+        if name in first:
+            calls.append([])
+        if name in first or name in rest:
+            calls[-1] += _tensors(value)
+
+    with observe(record):
+        built.model(*built.inputs)
+    return [tuple(call) for call in calls]
+
+
+def check_entry(stored: Sequence[torch.Tensor], expected: Sequence[torch.Tensor]
+                ) -> tuple[bool, float]:
+    """Whether a stored output equals the hook-free one (allclose), and the max abs error.
+
+    A different number of tensors or a different shape is a failure with error inf.
+    """
+    if len(stored) != len(expected):
+        return False, math.inf
+    error = 0.0
+    verified = True
+    for got, want in zip(stored, expected, strict=True):
+        if tuple(got.shape) != tuple(want.shape):
+            return False, math.inf
+        if got.numel() == 0:
+            continue
+        got_, want_ = got.detach().double(), want.detach().double()
+        difference = float((got_ - want_).abs().max())
+        error = max(error, difference)
+        verified = verified and difference <= (ABSOLUTE_TOLERANCE
+                                               + RELATIVE_TOLERANCE * float(want_.abs().max()))
+    return verified, error
+
+
+def _run_hooked(spec: ModelSpec, capture: Capture,
+                forward_count: int) -> tuple[list[Outputs], list[ForwardCall]]:
+    """The article's pattern on a fresh build: hook, forward, handle.remove(), forward again."""
+    built = build(spec)
+    target: nn.Module = dict(built.model.named_modules())[capture.module]
+    save_feat: list[Outputs] = []
+
+    def hook_func(module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
+        # A copy, detached: the list must keep this call's activation even if a later in-place
+        # op changes the tensor, and must not keep the graph alive.
+        save_feat.append(tuple(tensor.detach().clone() for tensor in _tensors(output)))
+
+    forwards: list[ForwardCall] = []
+    with ExitStack() as hooks:
+        handle = target.register_forward_hook(hook_func)
+        # Only a safety net, for an error mid-way or a capture the user never removes: the lesson
+        # is the explicit handle.remove() below, which makes the stack's own remove a no-op.
+        hooks.enter_context(handle)
+        hooked = True
+        if capture.remove_after == 0:
+            handle.remove()
+            hooked = False
+        for number in range(1, forward_count + 1):
+            before = len(save_feat)
+            built.model(*built.inputs)
+            entries = len(save_feat) - before
+            remove_now = hooked and capture.remove_after == number
+            forwards.append(ForwardCall(number=number, hooked=hooked, fired=entries > 0,
+                                        entries=entries, stored_count=len(save_feat),
+                                        removed_after=remove_now))
+            if remove_now:
+                handle.remove()
+                hooked = False
+    return save_feat, forwards
+
+
+def _tensors(value: Any) -> Outputs:
+    """A module's output as a tuple of tensors (a composite module may return several)."""
+    if isinstance(value, torch.Tensor):
+        return (value,)
+    if isinstance(value, tuple | list):
+        return tuple(item for item in value if isinstance(item, torch.Tensor))
+    return ()
+
+
+def _value(tensor: torch.Tensor) -> TensorValue:
+    value = tensor_value(tensor)
+    assert value is not None
+    return value
+
+
+__all__ = ["ABSOLUTE_TOLERANCE", "RELATIVE_TOLERANCE", "capture_lesson", "capture_lessons",
+           "check_entry", "hook_free_outputs", "output_groups"]
