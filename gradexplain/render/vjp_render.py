@@ -196,7 +196,8 @@ def _nested(value: Nested) -> str:
 
 
 def _title(lesson: VjpLesson) -> str:
-    return f"{lesson.kind} {lesson.call}: {call_text(lesson)}, with respect to {lesson.wrt}"
+    number = lesson.call + 1  # the spec's own 1-based count, as "run 1" elsewhere
+    return f"{lesson.kind} call {number}: {call_text(lesson)}, with respect to {lesson.wrt}"
 
 
 def _intro(lessons: Sequence[VjpLesson]) -> str:
@@ -285,7 +286,8 @@ def _formula_markdown() -> str:
 
 
 def _lesson_markdown(lesson: VjpLesson, level: int) -> str:
-    title = (f"{escape(lesson.kind)} {lesson.call}: {code(call_text(lesson))}, with respect to "
+    title = (f"{escape(lesson.kind)} call {lesson.call + 1}: {code(call_text(lesson))}, "
+             "with respect to "
              f"{code(lesson.wrt)}")
     method = (f" (from {escape(METHODS[lesson.jacobian_method])})"
               if lesson.jacobian_method is not None else "")
