@@ -7,6 +7,7 @@ import torch, so anything that needs torch is imported inside the command that r
 from __future__ import annotations
 
 import sys
+import warnings
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -15,6 +16,10 @@ import typer
 
 from gradexplain import __version__
 from gradexplain.errors import GradexplainError, UsageError
+
+# torch (its torch.func part) warns on import when numpy is missing; gradexplain never uses
+# numpy, and the warning would land in the middle of walk's output on a fresh machine.
+warnings.filterwarnings("ignore", message="Failed to initialize NumPy", category=UserWarning)
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
