@@ -13,8 +13,10 @@ from collections import Counter
 
 import torch
 
+from gradexplain.capture_data import CaptureLesson
 from gradexplain.explain import Attempt, explain
 from gradexplain.graphview import ACCUMULATE, GraphView
+from gradexplain.intervene_data import InterventionLesson
 from gradexplain.label import VIEWS, EventLabels, label_pass, short_name
 from gradexplain.replay import Replay, RunValues
 from gradexplain.rules import local_derivatives
@@ -23,6 +25,7 @@ from gradexplain.spec.expr import BinOp, Name, Number
 from gradexplain.spec.model import ModelSpec
 from gradexplain.trace import tensor_value, trace_both
 from gradexplain.trace_data import Event, PassTrace, TensorValue, canonical_name
+from gradexplain.vjp_data import VjpLesson
 from gradexplain.walk_data import (
     Check,
     Derivation,
@@ -79,18 +82,32 @@ def _walk(spec: ModelSpec, spec_path: str) -> tuple[Walk, tuple[PassTrace, ...]]
 
 
 def _lessons(spec: ModelSpec) -> Lessons:
-    """The lessons the spec asks for, each computed on its own fresh builds."""
-    from gradexplain.capture_lesson import capture_lessons
-    from gradexplain.intervene import intervention_lessons
-    from gradexplain.vjp import vjp_lessons
+    """The lessons the spec asks for, each computed on its own fresh builds. Each lesson's
+    module is imported only when the spec asks for it: torch.func alone costs a tenth of a
+    second at start-up."""
+    vjp: tuple[VjpLesson, ...] = ()
+    if any(item.gradient is not None for item in spec.backwards) or any(
+            call.grad_outputs is not None for call in spec.grads):
+        from gradexplain.vjp import vjp_lessons
 
-    inputs = {item.name for item in spec.inputs}
-    vjp = vjp_lessons(spec)
-    # A backward reaches every parameter too; the lesson is about the inputs, where it has any.
-    shown = tuple(lesson for lesson in vjp if lesson.kind == "grad" or lesson.wrt in inputs
-                  or not any(other.call == lesson.call and other.kind == "backward"
-                             and other.wrt in inputs for other in vjp))
-    return Lessons(shown, intervention_lessons(spec), capture_lessons(spec))
+        inputs = {item.name for item in spec.inputs}
+        found = vjp_lessons(spec)
+        # A backward reaches every parameter too; the lesson is about the inputs where the
+        # call reaches any.
+        vjp = tuple(lesson for lesson in found if lesson.kind == "grad" or lesson.wrt in inputs
+                    or not any(other.call == lesson.call and other.kind == "backward"
+                               and other.wrt in inputs for other in found))
+    interventions: tuple[InterventionLesson, ...] = ()
+    if spec.interventions:
+        from gradexplain.intervene import intervention_lessons
+
+        interventions = intervention_lessons(spec)
+    captures: tuple[CaptureLesson, ...] = ()
+    if spec.captures:
+        from gradexplain.capture_lesson import capture_lessons
+
+        captures = capture_lessons(spec)
+    return Lessons(vjp, interventions, captures)
 
 
 def check(value: TensorValue | None, expected: torch.Tensor) -> Check:
