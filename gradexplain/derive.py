@@ -205,7 +205,8 @@ def _run_steps(spec: ModelSpec, trace: PassTrace, view: GraphView,
         explanation = None
         if run.error is not None:
             earlier = tuple(item.index for item in trace.runs[:run.index - 1]
-                            if item.of == run.of or item.root == run.root)
+                            if item.of == run.of
+                            or (item.root is not None and item.root == run.root))
             attempt = Attempt(run.kind, run.of, run.seed is not None, retain, earlier)
             explanation = explain(run.error, attempt)
         posted = sum(1 for event in trace.events

@@ -222,7 +222,8 @@ class Walk:
                     yield Failure(None, f"{where}, {leaf.name}.grad", ".grad before + added",
                                   leaf.check)
             if step.error is not None and step.unexpected:
-                yield Failure(None, where, f"torch raised {step.error.category}",
+                yield Failure(None, where, f"a call torch refused ({step.error.category}), "
+                              "which the spec did not expect (explained above)",
                               Check(False, math.inf, None))
         yield from _lesson_checks(self.lessons)
         for walk_pass in self.passes:

@@ -151,6 +151,10 @@ def _verdict(walk: Walk) -> RenderableType:
              "differs", style="bold red")]
     for failure in failures:
         mode = f"{failure.mode} " if failure.mode else ""
+        if failure.check.expected is None:
+            # Nothing to compare with (a refused call, a lesson's identity): the claim says it.
+            lines.append(Text(f"  ✗ {mode}{failure.where}: {failure.claim}", style="red"))
+            continue
         expected = fmt_value(failure.check.expected)
         lines.append(Text(f"  ✗ {mode}{failure.where}: claimed {failure.claim}; the hook-free "
                           f"run gives {expected} (error {fmt(failure.check.max_abs_err)})",
