@@ -82,21 +82,14 @@ def _walk(spec: ModelSpec, spec_path: str) -> tuple[Walk, tuple[PassTrace, ...]]
 
 
 def _lessons(spec: ModelSpec) -> Lessons:
-    """The lessons the spec asks for, each computed on its own fresh builds. Each lesson's
-    module is imported only when the spec asks for it: torch.func alone costs a tenth of a
-    second at start-up."""
+    """The lessons the spec asks for, each computed on its own fresh builds; each lesson's
+    module is imported only when the spec asks for that lesson."""
     vjp: tuple[VjpLesson, ...] = ()
     if any(item.gradient is not None for item in spec.backwards) or any(
             call.grad_outputs is not None for call in spec.grads):
         from gradexplain.vjp import vjp_lessons
 
-        inputs = {item.name for item in spec.inputs}
-        found = vjp_lessons(spec)
-        # A backward reaches every parameter too; the lesson is about the inputs where the
-        # call reaches any.
-        vjp = tuple(lesson for lesson in found if lesson.kind == "grad" or lesson.wrt in inputs
-                    or not any(other.call == lesson.call and other.kind == "backward"
-                               and other.wrt in inputs for other in found))
+        vjp = vjp_lessons(spec, inputs_first=True)
     interventions: tuple[InterventionLesson, ...] = ()
     if spec.interventions:
         from gradexplain.intervene import intervention_lessons

@@ -50,13 +50,15 @@ _RELATIVE_TOLERANCE = {torch.float64: 1e-10, torch.float32: 1e-5}
 _LOW_PRECISION_TOLERANCE = 1e-2
 
 
-def vjp_lessons(spec: ModelSpec) -> tuple[VjpLesson, ...]:
+def vjp_lessons(spec: ModelSpec, inputs_first: bool = False) -> tuple[VjpLesson, ...]:
     """One lesson per (seeded backward or grad call, tensor it differentiates with respect to),
-    in spec order: backward calls first, then grad calls."""
+    in spec order: backward calls first, then grad calls. With `inputs_first`, a backward's
+    lessons cover only the spec's inputs it reaches (all its leaves if it reaches none): it
+    reaches every parameter too, and walk's lesson is about the inputs."""
     lessons: list[VjpLesson] = []
     for number, backward in enumerate(spec.backwards):
         if backward.gradient is not None and backward.expect_error is None:
-            lessons += _backward_lessons(spec, number, backward)
+            lessons += _backward_lessons(spec, number, backward, inputs_first)
     for number, call in enumerate(spec.grads):
         if call.grad_outputs is not None and call.expect_error is None:
             lessons += _grad_lessons(spec, number, call)
@@ -93,7 +95,8 @@ class _Call:
     column: int | None
 
 
-def _backward_lessons(spec: ModelSpec, number: int, backward: BackwardSpec) -> list[VjpLesson]:
+def _backward_lessons(spec: ModelSpec, number: int, backward: BackwardSpec,
+                      inputs_first: bool) -> list[VjpLesson]:
     assert backward.gradient is not None
     built = build(spec)
     forward = _forward(built, built.inputs)
@@ -107,9 +110,13 @@ def _backward_lessons(spec: ModelSpec, number: int, backward: BackwardSpec) -> l
     call = _Call("backward", number, backward.of, "gradient", None)
     # backward differentiates with respect to every leaf that requires grad and that `of`
     # depends on: exactly the leaves it left a .grad on, the builds being fresh.
+    reached = {name: leaf for name, leaf in built.leaves().items()
+               if leaf.requires_grad and leaf.grad is not None}
+    inputs = {item.name for item in spec.inputs}
+    shown = ({name: leaf for name, leaf in reached.items() if name in inputs} or reached
+             if inputs_first else reached)
     return [_lesson(spec, call, of, name, leaf, seed, leaf.grad)
-            for name, leaf in built.leaves().items()
-            if leaf.requires_grad and leaf.grad is not None]
+            for name, leaf in shown.items() if leaf.grad is not None]
 
 
 def _grad_lessons(spec: ModelSpec, number: int, call: GradCall) -> list[VjpLesson]:
