@@ -47,7 +47,13 @@ class Location:
 def first_line(error: BaseException) -> str:
     """The first line of an exception's message (torch's run on), or its repr if it has none."""
     text = str(error).strip()
-    return text.splitlines()[0] if text else repr(error)
+    return first_line_of(text) if text else repr(error)
+
+
+def first_line_of(text: str) -> str:
+    """The first line of a message, or the message itself if it has no line."""
+    lines = text.strip().splitlines()
+    return lines[0] if lines else text
 
 
 class GradexplainError(Exception):

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from gradexplain.errors import first_line_of
 from gradexplain.trace_data import RunError
 
 
@@ -40,7 +41,7 @@ def explain(error: RunError, attempt: Attempt) -> Explanation:
     for fragment, rule in _RULES:
         if fragment in message:
             return rule(error, attempt)
-    return Explanation(f"torch raised {error.category}", _first_line(error.message),
+    return Explanation(f"torch raised {error.category}", first_line_of(error.message),
                        "read torch's message above; gradexplain has no rule for this error yet")
 
 
@@ -120,8 +121,6 @@ _RULES: tuple[tuple[str, Callable[[RunError, Attempt], Explanation]], ...] = (
 )
 
 
-def _first_line(text: str) -> str:
-    return text.strip().splitlines()[0] if text.strip() else text
 
 
 __all__ = ["Attempt", "Explanation", "explain"]

@@ -38,7 +38,7 @@ from torch import nn
 from torch.autograd.graph import GradientEdge
 
 from gradexplain.build import Built, build, make_tensor, observe
-from gradexplain.errors import ExpectationError, first_line
+from gradexplain.errors import ExpectationError, first_line, first_line_of
 from gradexplain.intervene_data import ChangeKind, GradChange, InterventionLesson, Replacement
 from gradexplain.render.fmt import fmt, fmt_shape, fmt_value
 from gradexplain.spec.model import BackwardSpec, GradCall, Intervention, ModelSpec
@@ -103,7 +103,7 @@ def intervention_lesson(spec: ModelSpec, item: Intervention,
         # Recorded, not printed: what torch warns about the hook belongs to the lesson.
         warnings.simplefilter("always")
         with_ = _run(spec, goal, item)
-    warned = tuple(dict.fromkeys(_first_line(str(entry.message)) for entry in caught))
+    warned = tuple(dict.fromkeys(first_line_of(str(entry.message)) for entry in caught))
     hook = with_.hook
     assert hook is not None
     reference = _HookFree(spec, goal, item, hook)
@@ -796,9 +796,6 @@ def _check(before: torch.Tensor | None, after: torch.Tensor | None,
     return error <= tolerance, error
 
 
-def _first_line(text: str) -> str:
-    lines = text.strip().splitlines()
-    return lines[0] if lines else text
 
 
 def _short(name: str) -> str:

@@ -13,7 +13,8 @@ from gradexplain.diff import (
 )
 from gradexplain.render.fmt import shape_label
 from gradexplain.render.markdown import blocks, bold, bullets, code, escape, heading, math, table
-from gradexplain.render.markdown_walk import check_cell, value_cell
+from gradexplain.render.markdown_walk import value_cell
+from gradexplain.render.marks import check_cell
 from gradexplain.walk_data import LabelledArg
 
 

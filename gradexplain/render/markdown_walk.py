@@ -25,6 +25,7 @@ from gradexplain.render.markdown import (
     math,
     table,
 )
+from gradexplain.render.marks import check_cell
 from gradexplain.session import Session
 from gradexplain.trace_data import TensorValue, canonical_name
 from gradexplain.walk_data import (
@@ -58,15 +59,6 @@ def walk_markdown(walk: Walk, level: int = 2) -> str:
         heading(level, "Checks"),
         checks_markdown(walk, level + 1),
     )
-
-
-def check_cell(check: Check | None) -> str:
-    """✓, or a failure no reader can miss; empty where nothing was checked."""
-    if check is None:
-        return ""
-    if check.verified:
-        return "✓"
-    return f"✗ {bold('FAILED')} (error {fmt(check.max_abs_err)})"
 
 
 def value_cell(value: TensorValue | None) -> str:

@@ -10,10 +10,12 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
+from gradexplain.errors import first_line_of
 from gradexplain.explain import Explanation
 from gradexplain.render.fmt import fmt_value
 from gradexplain.render.markdown import blocks, bold, bullets, code, escape, heading, table
-from gradexplain.walk_data import Check, LeafGrad, RunStep, Walk
+from gradexplain.render.marks import check_cell, check_mark
+from gradexplain.walk_data import LeafGrad, RunStep, Walk
 
 
 def worth_showing(walk: Walk) -> bool:
@@ -45,9 +47,6 @@ def error_verdict(step: RunStep) -> str:
     return f"✗ torch raised {step.error.category}, which the spec did not expect"
 
 
-def first_line(message: str) -> str:
-    lines = message.strip().splitlines()
-    return lines[0] if lines else message
 
 
 def accumulation_note(step: RunStep) -> str:
@@ -82,13 +81,13 @@ def _step_text(step: RunStep) -> RenderableType:
     if step.error is not None:
         style = "green" if step.error.expected else "bold red"
         parts.append(Padding(Text(error_verdict(step), style=style), (0, 0, 0, 6)))
-        parts.append(Padding(Text(f"torch: {first_line(step.error.message)}"), (0, 0, 0, 6)))
+        parts.append(Padding(Text(f"torch: {first_line_of(step.error.message)}"), (0, 0, 0, 6)))
         if step.explanation is not None:
             parts.append(Padding(_explanation_text(step.explanation), (0, 0, 0, 6)))
     parts.append(Padding(Text(accumulation_note(step), style="dim italic"), (0, 0, 0, 6)))
     grid = Table.grid(padding=(0, 1))
     for leaf in step.leaves:
-        grid.add_row(f"{leaf.name}.grad", Text(_change(leaf)), _mark(leaf.check))
+        grid.add_row(f"{leaf.name}.grad", Text(_change(leaf)), check_mark(leaf.check))
     parts.append(Padding(grid, (0, 0, 0, 6)))
     return Group(*parts)
 
@@ -112,12 +111,6 @@ def _explanation_text(explanation: Explanation) -> RenderableType:
     return grid
 
 
-def _mark(check: Check | None) -> Text:
-    if check is None:
-        return Text("")
-    return Text("✓", style="green") if check.verified else Text("✗ FAILED", style="bold red")
-
-
 # --- markdown --------------------------------------------------------------------------------
 
 
@@ -139,7 +132,7 @@ def _step_markdown(step: RunStep) -> str:
         title += " (every `.grad` zeroed first)"
     parts = [title]
     if step.error is not None:
-        items = [escape(error_verdict(step)), f"torch: {code(first_line(step.error.message))}"]
+        items = [escape(error_verdict(step)), f"torch: {code(first_line_of(step.error.message))}"]
         if step.explanation is not None:
             items += [f"{bold('What')}: {escape(step.explanation.what)}",
                       f"{bold('Why')}: {escape(step.explanation.why)}",
@@ -149,7 +142,7 @@ def _step_markdown(step: RunStep) -> str:
     rows = [[code(f"{leaf.name}.grad"), code(fmt_value(leaf.before)),
              "" if leaf.added is None else code(fmt_value(leaf.added)),
              code(fmt_value(leaf.after)),
-             "" if leaf.check is None else ("✓" if leaf.check.verified else "✗ **FAILED**")]
+             check_cell(leaf.check)]
             for leaf in step.leaves]
     if rows:
         parts.append(table(("leaf", "before", "added by this call", "after", "check"), rows))

@@ -17,7 +17,7 @@ from gradexplain.diff import (
     module_title,
 )
 from gradexplain.render.fmt import fmt_value, shape_label
-from gradexplain.render.text_walk import check_mark
+from gradexplain.render.marks import check_mark
 from gradexplain.walk_data import LabelledArg
 
 

@@ -14,8 +14,8 @@ from rich.text import Text
 from gradexplain.label import short_name
 from gradexplain.render.fmt import fmt, fmt_value
 from gradexplain.render.lessons_render import lessons_text
+from gradexplain.render.marks import check_mark
 from gradexplain.walk_data import (
-    Check,
     Derivation,
     DerivationLine,
     LabelledEvent,
@@ -38,14 +38,6 @@ def walk_text(walk: Walk) -> RenderableType:
         parts.append(_pass(walk_pass))
     parts.append(_verdict(walk))
     return Group(*parts)
-
-
-def check_mark(check: Check | None) -> Text:
-    if check is None:
-        return Text("")
-    if check.verified:
-        return Text("✓", style="green")
-    return Text(f"✗ FAILED (error {fmt(check.max_abs_err)})", style="bold red")
 
 
 def _header(walk: Walk) -> RenderableType:
