@@ -12,6 +12,12 @@ What it measures (wall time of whole processes, as a user at a shell sees them):
    ``python -c "import torch"`` timed in the same rounds. Targets (issue 3): 300 layers in under
    10 s in total, JSON under 50 MB. The 10 s target is absolute seconds, so it depends on the
    machine and on its load; the "x import torch" column says how it would scale elsewhere.
+4. Python API (in this process, not whole commands): ``explain(model, x)`` on a 50-layer MLP
+   (Linear(256, 256) + ReLU blocks, batch 32) against a plain forward + backward of it ("plain")
+   and against the same two hooked passes gradexplain makes with every hook it registers doing
+   nothing ("floor", registering and removing them included); the text and JSON renderings as
+   ratios to the capture; hook calls, checks, and the Python heap peak (``tracemalloc``) of a
+   capture against the floor's.
 
 How it measures: machines are shared and noisy, so absolute times drift from minute to minute.
 Within a section every command runs once to warm caches (and to find commands that fail), then
@@ -28,6 +34,17 @@ The ``gradexplain`` console script installed next to this Python is timed, as us
 command, so the script itself is used); without one, ``python -m gradexplain``. The baselines
 run on this same Python (``sys.executable``).
 
+The Python API section times function calls instead of commands, in the same way: a warm-up,
+then rounds in rotating order of three units (plain x5, floor x5, and a capture followed by its
+two renderings, after which the Explanation is dropped), with a ``gc.collect()`` before each unit
+(outside any time). Setup such as copying the model is outside the times too; the capture's copy
+is inside, being part of ``explain``. Its rounds stop early (after at least 2) when another, and
+the memory and hook counts after them, would take the section past 55 s (a capture is slow on a
+busy machine); the section says how many ran. It runs torch on one intra-op thread
+(``--torch-threads``): a batch of 32 gains little from more, and on a shared machine they stall
+(seen: a 12 ms plain forward + backward taking 2 s with torch's default of 2 threads, at a load
+average of 4 on 2 CPUs), which buries the ratios in noise.
+
 Run from anywhere (it changes to the repository root): ``python bench/bench.py``, or
 ``python bench/bench.py --quick`` for a smoke test with few repetitions.
 """
@@ -35,6 +52,8 @@ Run from anywhere (it changes to the repository root): ``python bench/bench.py``
 from __future__ import annotations
 
 import argparse
+import copy
+import gc
 import os
 import platform
 import shutil
@@ -44,9 +63,16 @@ import sys
 import sysconfig
 import tempfile
 import time
-from collections.abc import Sequence
+import warnings
+from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
 
 REPO = Path(__file__).resolve().parent.parent
 TWO_MODULES = "specs/two_modules.yaml"
@@ -57,6 +83,12 @@ TARGET_SECONDS = 10.0
 TARGET_MB = 50.0
 TIMEOUT_SECONDS = 600.0
 MB = 1_000_000
+PYTHON_LAYERS = 50
+PYTHON_WIDTH = 256
+PYTHON_BATCH = 32
+PYTHON_BUDGET_SECONDS = 55.0  # the rounds; what follows them takes about 4 captures
+PYTHON_MIN_ROUNDS = 2
+PYTHON_REPEAT = 5  # plain and floor runs per round: they are fast, and noisier than a capture
 
 
 @dataclass
@@ -148,11 +180,11 @@ def measure(commands: Sequence[Command], rounds: int) -> None:
         print(f"  round {index + 1}/{rounds} done", file=sys.stderr, flush=True)
 
 
-def iqr(times: Sequence[float]) -> str:
+def iqr(times: Sequence[float], scale: float = 1.0, digits: int = 3) -> str:
     if len(times) < 2:
         return "-"
     quartiles = statistics.quantiles(times, n=4, method="inclusive")
-    return f"{quartiles[0]:.3f}-{quartiles[2]:.3f}"
+    return f"{quartiles[0] * scale:.{digits}f}-{quartiles[2] * scale:.{digits}f}"
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -327,6 +359,307 @@ def scaling_section(gx: list[str], rounds: int, workdir: Path) -> tuple[list[str
     return out, not problems
 
 
+@dataclass
+class Timed:
+    """One function call to time in the Python API section: ``run`` does it once and returns
+    its seconds (setup such as copying the model stays outside); ``repeat`` runs per round."""
+
+    label: str
+    run: Callable[[], float]
+    repeat: int = 1
+    times: list[float] = field(default_factory=list)
+    failure: str | None = None
+
+    def median(self) -> float:
+        return statistics.median(self.times)
+
+    def once(self) -> None:
+        """Run once (unless it failed before) and record the time, or the failure."""
+        if self.failure is not None:
+            return
+        try:
+            seconds = self.run()
+        except Exception as error:  # a bench reports what failed, and goes on
+            self.failure = f"{type(error).__name__}: {last_line(str(error))}"
+        else:
+            self.times.append(seconds)
+
+
+def python_model() -> tuple[nn.Module, torch.Tensor]:
+    """The README's 50-layer MLP (`make_deep` of examples/models.py: Linear(256, 256) + ReLU
+    blocks), built under seed 0, and an input batch of 32 drawn right after it."""
+    import importlib.util
+
+    import torch
+
+    spec = importlib.util.spec_from_file_location("gradexplain_examples",
+                                                  REPO / "examples" / "models.py")
+    assert spec is not None and spec.loader is not None
+    examples = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(examples)
+    torch.manual_seed(0)
+    model: nn.Module = examples.make_deep()
+    assert len(list(model.children())) == PYTHON_LAYERS
+    return model, torch.randn(PYTHON_BATCH, PYTHON_WIDTH)
+
+
+def fresh(model: nn.Module, x: torch.Tensor) -> tuple[nn.Module, torch.Tensor]:
+    """A deep copy of the model (no hooks, no .grad) and a copy of the input requiring grad."""
+    return copy.deepcopy(model), x.detach().clone().requires_grad_(True)
+
+
+def plain_pass(model: nn.Module, x: torch.Tensor) -> None:
+    loss = model(x).sum()
+    loss.backward()
+
+
+def floor_pass(model: nn.Module, x: torch.Tensor, mode: str, hook: Callable[..., None]) -> None:
+    """One forward + backward with every hook gradexplain registers in pass `mode` ("legacy"
+    or "full"), each being `hook`, as gradexplain's tracer does: forward pre-hooks, forward
+    hooks and the mode's backward hooks on every module; `register_hook` on the leaves (the
+    input and every parameter), on every module output (from the forward hook) and on the
+    loss; `register_post_accumulate_grad_hook` on every leaf; and after the forward
+    `register_prehook` + `register_hook` on every autograd node reachable from the loss,
+    breadth-first. Every handle is removed at the end."""
+    import torch
+
+    handles: list[Any] = []
+    hooked: set[int] = set()
+    kept: list[torch.Tensor] = []  # alive until the end, so that no id is reused
+
+    def hook_tensor(value: object) -> None:
+        if isinstance(value, torch.Tensor):
+            if value.requires_grad and id(value) not in hooked:
+                hooked.add(id(value))
+                kept.append(value)
+                handles.append(value.register_hook(hook))  # type: ignore[no-untyped-call]
+        elif isinstance(value, (tuple, list)):
+            for item in value:
+                hook_tensor(item)
+
+    def forward_hook(module: nn.Module, inputs: tuple[Any, ...], output: object) -> None:
+        hook(module, inputs, output)
+        hook_tensor(output)
+
+    with warnings.catch_warnings(record=True):  # as the tracer: legacy hooks warn
+        warnings.simplefilter("always")
+        for module in model.modules():
+            handles.append(module.register_forward_pre_hook(hook))
+            handles.append(module.register_forward_hook(forward_hook))
+            if mode == "legacy":
+                handles.append(module.register_backward_hook(hook))
+            else:
+                handles.append(module.register_full_backward_pre_hook(hook))
+                handles.append(module.register_full_backward_hook(hook))
+        for leaf in [x, *model.parameters()]:
+            hook_tensor(leaf)
+            handles.append(
+                leaf.register_post_accumulate_grad_hook(hook))  # type: ignore[no-untyped-call]
+        loss = model(x).sum()
+        hook_tensor(loss)
+        queue = deque([loss.grad_fn])
+        seen: set[Any] = set()
+        while queue:
+            node = queue.popleft()
+            if node is None or node in seen:
+                continue
+            seen.add(node)
+            handles.append(node.register_prehook(hook))
+            handles.append(node.register_hook(hook))
+            queue.extend(child for child, _ in node.next_functions)
+        loss.backward()
+    for handle in handles:
+        handle.remove()
+
+
+def do_nothing(*args: object) -> None:
+    """The floor's hook, for every kind of hook: does nothing, returns None."""
+
+
+def python_section(rounds: int, budget: float | None) -> tuple[list[str], bool]:
+    """Time `explain(model, x)` and its renderings against a plain and a do-nothing-hooks
+    forward + backward, interleaved in one process: markdown lines, and whether all ran.
+
+    `budget` (seconds for the whole section) stops the rounds early, after at least
+    PYTHON_MIN_ROUNDS, when one more would go past it; None runs every round.
+    """
+    started = time.perf_counter()
+    title = (f"Python API: `explain(model, x)` on a {PYTHON_LAYERS}-layer MLP "
+             f"(Linear({PYTHON_WIDTH}, {PYTHON_WIDTH}) + ReLU blocks), batch {PYTHON_BATCH}")
+    print(f"{title}: up to {rounds} rounds", file=sys.stderr, flush=True)
+    import inspect
+    import json
+    import tracemalloc
+
+    import torch
+
+    # `from gradexplain import explain` is the documented path; gradexplain.api is where it
+    # lives (the package attribute is shadowed by the gradexplain.explain submodule once that
+    # is imported, so the bench names the function itself).
+    from gradexplain.api import Explanation, explain
+    from gradexplain.render.console import plain_text
+
+    model, x = python_model()
+    collapse = "collapse" in inspect.signature(Explanation.text).parameters
+    text_call = "text(collapse=True)" if collapse else "text()"
+    state: dict[str, Any] = {}
+
+    def time_plain() -> float:
+        copied, inputs = fresh(model, x)
+        start = time.perf_counter()
+        plain_pass(copied, inputs)
+        return time.perf_counter() - start
+
+    def time_floor() -> float:
+        (legacy_model, legacy_x), (full_model, full_x) = fresh(model, x), fresh(model, x)
+        start = time.perf_counter()
+        floor_pass(legacy_model, legacy_x, "legacy", do_nothing)
+        floor_pass(full_model, full_x, "full", do_nothing)
+        return time.perf_counter() - start
+
+    def time_capture() -> float:
+        start = time.perf_counter()
+        state["explanation"] = explain(model, x)
+        return time.perf_counter() - start
+
+    def explanation() -> Any:
+        if "explanation" not in state:
+            raise RuntimeError("no capture to render (the capture failed)")
+        return state["explanation"]
+
+    def time_text() -> float:
+        result = explanation()
+        start = time.perf_counter()
+        state["text"] = plain_text(result.text(collapse=True) if collapse else result.text())
+        return time.perf_counter() - start
+
+    def time_json() -> float:
+        result = explanation()
+        start = time.perf_counter()
+        state["json"] = json.dumps(result.json())
+        return time.perf_counter() - start
+
+    plain = Timed("plain: forward + `out.sum().backward()`, no hooks", time_plain,
+                  PYTHON_REPEAT)
+    floor = Timed("floor: 2 passes with every hook doing nothing", time_floor, PYTHON_REPEAT)
+    capture = Timed("walk: `explain(model, x)`", time_capture)
+    text = Timed(f"render: `plain_text(explanation.{text_call})`", time_text)
+    json_render = Timed("render: `json.dumps(explanation.json())`", time_json)
+    timed = [plain, floor, capture, text, json_render]
+    # The renders follow their capture, and the Explanation is dropped after them, so that the
+    # plain and floor runs never share the process with one (nor with its garbage).
+    units = [[plain], [floor], [capture, text, json_render]]
+
+    def run_unit(unit: list[Timed]) -> None:
+        gc.collect()  # ~0.2 s with torch loaded: once a unit, not once a run
+        for item in unit:
+            for _ in range(item.repeat):
+                item.once()
+        state.clear()
+
+    for unit in units:  # warm-up
+        run_unit(unit)
+    for item in timed:
+        item.times.clear()
+    done = 0
+    for index in range(rounds):
+        shift = index % len(units)
+        for unit in units[shift:] + units[:shift]:
+            run_unit(unit)
+        done += 1
+        elapsed = time.perf_counter() - started
+        print(f"  round {done}/{rounds} done ({elapsed:.0f} s)", file=sys.stderr, flush=True)
+        if budget is not None and done >= PYTHON_MIN_ROUNDS and done < rounds:
+            per_round = elapsed / (done + 1)  # the warm-up was about one round
+            # after the rounds: a traced capture (about 2x) and the floors
+            tail = 4 * capture.median() if capture.times else per_round
+            if elapsed + per_round + tail > budget:
+                break
+
+    out = [f"## {title}", ""]
+    problems = [f"- FAILED: {item.label}: {item.failure}" for item in timed if item.failure]
+    medians = {id(item): item.median() for item in timed if item.times and not item.failure}
+    rows: list[list[str]] = []
+    references = (plain, floor, capture)
+    for item in timed:
+        if id(item) not in medians:
+            rows.append([item.label, str(len(item.times)), "failed", "-", "-", "-", "-"])
+            continue
+        median = medians[id(item)]
+        ratios = [f"{median / medians[id(ref)]:.2f}x" if id(ref) in medians else "-"
+                  for ref in references]
+        rows.append([item.label, str(len(item.times)), f"{median * 1000:.1f}",
+                     iqr(item.times, 1000, 1), *ratios])
+    out.append(table(["measure", "runs", "median (ms)", "p25-p75 (ms)", "x plain", "x floor",
+                      "x capture"], rows))
+    out.append("")
+
+    def ratio(top: Timed, bottom: Timed) -> str:
+        if id(top) not in medians or id(bottom) not in medians:
+            return "-"
+        return f"{medians[id(top)] / medians[id(bottom)]:.2f}x"
+
+    stopped = " (stopped early: the section's time budget)" if done < rounds else ""
+    out.append(f"- rounds: {done} of {rounds}{stopped}; plain and floor run {PYTHON_REPEAT}"
+               f" times a round; torch {torch.__version__}, intra-op threads: "
+               f"{torch.get_num_threads()}")
+    out.append(f"- walk / plain {ratio(capture, plain)}, walk / floor {ratio(capture, floor)}, "
+               f"floor / plain {ratio(floor, plain)}")
+    out.append(f"- renders as a share of the capture: text {ratio(text, capture)}, "
+               f"JSON {ratio(json_render, capture)}")
+    if capture.failure is None:
+        # Memory, once each (deterministic, and tracemalloc slows Python down ~2x): the Python
+        # heap only. torch allocates tensor storage outside Python's allocator, so tensors are
+        # not counted; RSS is not reported: its peak (ru_maxrss) is one high-water mark for
+        # the whole process, which the first of the two would set for both.
+        def floor_both() -> None:
+            for mode in ("legacy", "full"):
+                floor_pass(*fresh(model, x), mode, do_nothing)
+
+        def traced_capture() -> None:
+            state["explanation"] = explain(model, x)
+
+        peaks: list[float] = []
+        held = 0.0
+        for action in (floor_both, traced_capture):
+            gc.collect()
+            tracemalloc.start()
+            try:
+                action()
+                held, peak = tracemalloc.get_traced_memory()
+                peaks.append(peak / MB)
+            finally:
+                tracemalloc.stop()
+        walk = state["explanation"].walk
+        events = [len(walk_pass.events) for walk_pass in walk.passes]
+        calls = [0]
+
+        def count(*args: object) -> None:
+            calls[0] += 1
+
+        for mode in ("legacy", "full"):
+            floor_pass(*fresh(model, x), mode, count)
+        same = ("the same hooks" if calls[0] == sum(events)
+                else "NOT the same count: the floor misses or adds hooks")
+        out.append(f"- hook calls recorded: {sum(events)} events "
+                   f"({' + '.join(str(n) for n in events)} in the passes); checks made: "
+                   f"{len(walk.checks())}; the floor's hooks ran {calls[0]} times ({same})")
+        if text.failure is None and json_render.failure is None:
+            time_text()
+            time_json()
+            lines = len(state["text"].splitlines())
+            out.append(f"- output: text {lines} lines ({len(state['text']) / MB:.2f} MB), "
+                       f"JSON {len(state['json'].encode()) / MB:.2f} MB")
+        out.append(f"- Python heap peak (tracemalloc; tensor storage not counted): capture "
+                   f"{peaks[1]:.1f} MB ({held / MB:.1f} MB still held by the Explanation), "
+                   f"floor (both passes) {peaks[0]:.2f} MB: {peaks[1] / peaks[0]:.1f}x")
+        state.clear()
+    out.append(f"- section time: {time.perf_counter() - started:.0f} s")
+    if problems:
+        out += ["", *problems]
+    return out, not problems
+
+
 def probe(argv: list[str]) -> str:
     """The first line a short command prints, or why it printed nothing."""
     try:
@@ -366,21 +699,32 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="rounds for the start-up and walk sections (default 20, quick 3)")
     parser.add_argument("--scaling-rounds", type=int, default=None,
                         help="rounds for the scaling section (default 5, quick 1)")
-    parser.add_argument("--only", choices=["startup", "walk", "session", "scaling"],
+    parser.add_argument("--python-rounds", type=int, default=None,
+                        help="rounds for the Python API section (default up to 10 within "
+                             f"{PYTHON_BUDGET_SECONDS:.0f} s, quick 2; given: all of them)")
+    parser.add_argument("--torch-threads", type=int, default=1,
+                        help="torch.set_num_threads for the Python API section (default 1; "
+                             "0: torch's own default)")
+    parser.add_argument("--only", choices=["startup", "walk", "session", "scaling", "python"],
                         action="append",
                         help="run only this section (repeatable)")
     args = parser.parse_args(argv)
     rounds = args.rounds if args.rounds is not None else (3 if args.quick else 20)
     scaling_rounds = (args.scaling_rounds if args.scaling_rounds is not None
                       else (1 if args.quick else 5))
-    if rounds < 1 or scaling_rounds < 1:
+    python_rounds = (args.python_rounds if args.python_rounds is not None
+                     else (2 if args.quick else 10))
+    if rounds < 1 or scaling_rounds < 1 or python_rounds < 1:
         parser.error("rounds must be at least 1")
-    sections = args.only or ["startup", "walk", "session", "scaling"]
+    if args.torch_threads < 0:
+        parser.error("--torch-threads must be 0 (torch's default) or more")
+    sections = args.only or ["startup", "walk", "session", "scaling", "python"]
 
     os.chdir(REPO)
     gx, gx_note = launcher()
     py = sys.executable
-    shown_rounds = {name: (scaling_rounds if name == "scaling" else rounds) for name in sections}
+    section_rounds = {"scaling": scaling_rounds, "python": python_rounds}
+    shown_rounds = {name: section_rounds.get(name, rounds) for name in sections}
     out = header(gx_note, gx, shown_rounds)
     print("\n".join(out), flush=True)
     all_ran = True
@@ -422,6 +766,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "scaling" in sections:
         with tempfile.TemporaryDirectory(prefix="gradexplain-bench-") as tmp:
             lines, ran = scaling_section(gx, scaling_rounds, Path(tmp))
+        print("\n" + "\n".join(lines), flush=True)
+        all_ran = all_ran and ran
+
+    if "python" in sections:
+        if args.torch_threads > 0:
+            import torch
+
+            torch.set_num_threads(args.torch_threads)
+        budget = PYTHON_BUDGET_SECONDS if args.python_rounds is None else None
+        lines, ran = python_section(python_rounds, budget)
         print("\n" + "\n".join(lines), flush=True)
         all_ran = all_ran and ran
     if hasattr(os, "getloadavg"):

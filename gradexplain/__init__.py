@@ -6,4 +6,21 @@ not import torch, so nothing here pulls in the builder or tracer.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gradexplain.api import Explanation, explain
+
 __version__ = "0.1.0"
+
+__all__ = ["Explanation", "__version__", "explain"]
+
+
+def __getattr__(name: str) -> object:
+    # `gradexplain.explain` without importing torch for `gradexplain --help`: the API module
+    # (and torch with it) loads on first use.
+    if name in ("explain", "Explanation"):
+        from gradexplain import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'gradexplain' has no attribute {name!r}")

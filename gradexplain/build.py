@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from gradexplain.errors import SpecRunError, first_line
+from gradexplain.errors import ModelRunError, SpecRunError, first_line
 from gradexplain.spec.catalogue import FUNCTIONS, LAYERS, bind
 from gradexplain.spec.expr import (
     BinOp,
@@ -42,6 +42,7 @@ from gradexplain.spec.expr import (
 from gradexplain.spec.model import DType, LayerSpec, ModelSpec, ModuleSpec, Step, TensorInit
 
 Observer = Callable[[str, Any], None]
+Builder = Callable[[], "Built"]  # a fresh, identical build each call (a Python model's maker)
 _observer: ContextVar[Observer | None] = ContextVar("gradexplain_observer", default=None)
 
 _DTYPES: dict[DType, torch.dtype] = {
@@ -62,11 +63,42 @@ _OPERATORS: dict[str, Callable[[Any, Any], Any]] = {
 
 @dataclass(frozen=True)
 class Built:
-    """A spec made real: the top-level module and the input tensors, in spec order."""
+    """A spec made real: the top-level module and the input tensors, in spec order. The module
+    is a SpecModule for a YAML spec, the user's own module for a Python model."""
 
     spec: ModelSpec
-    model: SpecModule
+    model: nn.Module
     inputs: tuple[torch.Tensor, ...]
+
+    def forward(self) -> dict[str, Any]:
+        """Call the model on the inputs as its user would; what it returned, by name.
+
+        A YAML spec names its results (`returns:`). A Python model's result is `output` (a
+        tuple: `output0`, `output1`, ...), and the scalar backpropagated is `loss`, its sum or
+        mean, computed outside the model as a training loop would. Both names are reported to
+        the observer like any step's.
+        """
+        python = self.spec.python
+        if python is None:
+            output = self.model(*self.inputs)
+            outputs = output if isinstance(output, tuple) else (output,)
+            return dict(zip(self.spec.root.returns, outputs, strict=True))
+        try:
+            # Every build draws the same random numbers in its forward (dropout masks): the two
+            # passes and the check run must compute the same thing.
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(self.spec.seed)
+                output = self.model(*self.inputs)
+        except Exception as error:
+            shapes = ", ".join(str(tuple(tensor.shape)) for tensor in self.inputs)
+            hint = ""
+            if "BackwardHookFunction" in str(error):
+                hint = (" (an in-place op on a module's output, such as ReLU(inplace=True): "
+                        "full backward hooks refuse it, so gradexplain cannot hook this model; "
+                        "use inplace=False)")
+            raise ModelRunError(f"{python.target}: its forward raised {type(error).__name__} on "
+                                f"inputs of shape {shapes}: {first_line(error)}{hint}") from error
+        return _python_results(output, python.target, python.loss)
 
     def input(self, name: str) -> torch.Tensor:
         for spec, tensor in zip(self.spec.inputs, self.inputs, strict=True):
@@ -91,6 +123,33 @@ def build(spec: ModelSpec) -> Built:
         )
         model = SpecModule(spec.root, spec.dtype)
     return Built(spec, model, inputs)
+
+
+def _python_results(output: Any, target: str, loss: str) -> dict[str, Any]:
+    """A Python model's results by name (`output`, or `output0`, `output1`, ... for a tuple)
+    and `loss`, the sum or mean of those that require grad."""
+    if isinstance(output, torch.Tensor):
+        returned = {"output": output}
+    elif isinstance(output, (tuple, list)) and all(isinstance(item, torch.Tensor)
+                                                    for item in output) and output:
+        returned = {f"output{index}": item for index, item in enumerate(output)}
+    else:
+        raise ModelRunError(f"{target}: the model returned a {type(output).__name__}; "
+                            "gradexplain needs a tensor or a tuple of tensors (wrap the model "
+                            "to return one)")
+    differentiable = [item for item in returned.values()
+                      if item.requires_grad and item.is_floating_point()]
+    if not differentiable:
+        raise ModelRunError(f"{target}: the model's output does not require grad: nothing to "
+                            "backpropagate (are its parameters frozen, or is its forward under "
+                            "no_grad?)")
+    parts = [item.sum() if loss == "sum" else item.mean() for item in differentiable]
+    returned["loss"] = parts[0] if len(parts) == 1 else torch.stack(parts).sum()
+    notify = _observer.get()
+    if notify is not None:
+        for name, value in returned.items():
+            notify(name, value)
+    return returned
 
 
 def make_tensor(init: TensorInit) -> torch.Tensor:

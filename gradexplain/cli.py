@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import sys
 import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -119,10 +122,52 @@ class HookChoice(str, Enum):
 
 
 SpecArgument = Annotated[
-    Path | None,
-    typer.Argument(help="The spec file (YAML). Leave it out when using --load.",
-                   show_default=False),
+    str | None,
+    typer.Argument(help="The spec file (YAML), or a Python model: FILE.py:NAME or "
+                   "package.module:NAME, an nn.Module or a zero-argument function returning "
+                   "one (this runs that Python code). Leave it out when using --load.",
+                   show_default=False, metavar="SPEC"),
 ]
+InputOption = Annotated[
+    list[str] | None,
+    typer.Option("--input", help="Python models: the shape of one forward argument, such as "
+                 "4x3 (4x3:float64, 2x5:int64 for token ids 0-9); repeat it for each argument. "
+                 "Filled with seeded randn; floating inputs require grad.", show_default=False),
+]
+InputsOption = Annotated[
+    Path | None,
+    typer.Option("--inputs", help="Python models: a torch.save'd tensor, or list of tensors, "
+                 "to use as the forward's arguments instead of --input.", show_default=False),
+]
+
+
+class LossChoice(str, Enum):
+    sum = "sum"
+    mean = "mean"
+
+
+LossOption = Annotated[
+    LossChoice | None,
+    typer.Option("--loss", help="Python models: the scalar backpropagated, the sum (the "
+                 "default) or the mean of the model's output.", show_default=False),
+]
+MaxValuesOption = Annotated[
+    int | None,
+    typer.Option("--max-values", min=1, help="Tensors with more elements are recorded as min, "
+                 "max, mean and norm when a hook sees them, and checked on those. Default "
+                 "10000; 1000 for Python models, whose activations are large.",
+                 show_default=False),
+]
+
+
+@dataclass(frozen=True)
+class ModelOptions:
+    """How to run a Python model given on the command line (ignored for a YAML spec)."""
+
+    inputs: tuple[str, ...] = ()
+    inputs_file: Path | None = None
+    loss: str | None = None
+    max_values: int | None = None
 LoadOption = Annotated[
     Path | None,
     typer.Option("--load", help="Render a session saved by `walk --save` instead of running "
@@ -164,6 +209,15 @@ def walk(
         typer.Option("--order", help="Also show the firing order of each shown pass's first "
                      "call: every hook call numbered, with the rule that puts it there."),
     ] = False,
+    all_blocks: Annotated[
+        bool,
+        typer.Option("--all-blocks", help="Text output: print every repeated block in full "
+                     "instead of folding identical ones after the first."),
+    ] = False,
+    input_shapes: InputOption = None,
+    inputs_file: InputsOption = None,
+    loss: LossOption = None,
+    max_values: MaxValuesOption = None,
 ) -> None:
     """Run SPEC with every hook and say which derivative each hook argument is.
 
@@ -175,7 +229,7 @@ def walk(
     """
     from gradexplain.render.select import select
 
-    session = _session(spec, load)
+    session = _session(spec, load, _model_options(input_shapes, inputs_file, loss, max_values))
     if save is not None:
         from gradexplain.session import save_session
 
@@ -207,7 +261,8 @@ def walk(
         from gradexplain.render.order_render import order_text
         from gradexplain.render.text_walk import walk_text
 
-        _echo_rich(Group(walk_text(shown), *(order_text(item) for item in orders)))
+        _echo_rich(Group(walk_text(shown, collapse=not all_blocks),
+                         *(order_text(item) for item in orders)))
     _exit_on_failures(session)
     if any(item.out_of_order for item in orders):
         raise typer.Exit(1)
@@ -219,6 +274,10 @@ def diff(
     output_format: FormatOption = Format.text,
     module: ModuleOption = None,
     load: LoadOption = None,
+    input_shapes: InputOption = None,
+    inputs_file: InputsOption = None,
+    loss: LossOption = None,
+    max_values: MaxValuesOption = None,
 ) -> None:
     """Legacy vs full backward hooks, module by module, argument by argument.
 
@@ -230,7 +289,7 @@ def diff(
     """
     from gradexplain.diff import compare
 
-    session = _session(spec, load)
+    session = _session(spec, load, _model_options(input_shapes, inputs_file, loss, max_values))
     _check_module(session, module)
     result = compare(session)
     if module is not None:
@@ -269,6 +328,10 @@ def report(
                      "an index.md linking them, written to the -o folder.",
                      show_default=False),
     ] = None,
+    input_shapes: InputOption = None,
+    inputs_file: InputsOption = None,
+    loss: LossOption = None,
+    max_values: MaxValuesOption = None,
 ) -> None:
     """Write a self-contained markdown report of SPEC, readable on GitHub.
 
@@ -287,7 +350,7 @@ def report(
             raise UsageError("--all needs -o FOLDER for the reports and their index.md")
         _report_all(all_specs, output)
         return
-    session = _session(spec, load)
+    session = _session(spec, load, _model_options(input_shapes, inputs_file, loss, max_values))
     text = report_markdown(session)
     if output is None:
         typer.echo(text, nl=False)
@@ -314,7 +377,7 @@ def _report_all(folder: Path, output: Path) -> None:
     bad = failed = False
     for path in specs:
         try:
-            session = _session(path, None)
+            session = _session(str(path), None)
         except GradexplainError as error:
             if _state["traceback"]:
                 raise
@@ -333,22 +396,79 @@ def _report_all(folder: Path, output: Path) -> None:
         raise typer.Exit(1)
 
 
-def _session(spec: Path | None, load: Path | None) -> Session:
-    """Run the spec (torch), or load a saved session (no torch): exactly one of the two."""
+def _model_options(shapes: list[str] | None, inputs_file: Path | None, loss: LossChoice | None,
+                   max_values: int | None) -> ModelOptions:
+    return ModelOptions(tuple(shapes or ()), inputs_file, None if loss is None else loss.value,
+                        max_values)
+
+
+def _session(spec: str | None, load: Path | None,
+             options: ModelOptions = ModelOptions()) -> Session:
+    """Run the spec or the Python model (torch), or load a saved session (no torch): exactly
+    one of the two."""
     if (spec is None) == (load is None):
         raise UsageError("give a SPEC to run, or --load FILE to render a saved session "
                          "(not both)")
+    python_only = [flag for flag, given in (("--input", options.inputs),
+                                            ("--inputs", options.inputs_file),
+                                            ("--loss", options.loss)) if given]
     if load is not None:
+        if python_only or options.max_values is not None:
+            raise UsageError("--load renders a saved session as it was captured: leave out "
+                             f"{', '.join(python_only or ['--max-values'])}")
         from gradexplain.session import load_session
 
         return load_session(load)
     assert spec is not None
+    if _is_python(spec):
+        from gradexplain.api import run_target
+
+        with _progress_bar() as progress:
+            return run_target(spec, options.inputs, options.inputs_file, options.loss or "sum",
+                              options.max_values, progress)
+    if python_only:
+        raise UsageError(f"{', '.join(python_only)}: only for a Python model (FILE.py:NAME); "
+                         "a YAML spec declares its own inputs and backward")
     from gradexplain.derive import capture
     from gradexplain.spec import load_spec_text, read_spec_text
 
     # One read: the session keeps exactly the text that was run.
-    text = read_spec_text(spec)
-    return capture(load_spec_text(text, str(spec)), str(spec), text)
+    text = read_spec_text(Path(spec))
+    with _progress_bar() as progress:
+        return capture(load_spec_text(text, spec), spec, text, max_values=options.max_values,
+                       progress=progress)
+
+
+@contextmanager
+def _progress_bar() -> Iterator[Callable[[str], None] | None]:
+    """A transient progress bar of the walk's stages on stderr, only when stderr is a terminal
+    (piped or captured stderr stays clean)."""
+    if not sys.stderr.isatty():
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from gradexplain.derive import STAGES
+
+    columns = (TextColumn("{task.description:<16}"), BarColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task("loading", total=len(STAGES))
+
+        def step(stage: str) -> None:
+            bar.update(task, completed=STAGES.index(stage), description=stage)
+
+        yield step
+
+
+def _is_python(spec: str) -> bool:
+    """FILE.py:NAME or package.module:NAME; a bare FILE.py is a mistake worth naming."""
+    from gradexplain.pymodel import is_python_target
+
+    if spec.endswith(".py"):
+        raise UsageError(f"{spec} is Python: name the model in it, as {spec}:make_model (an "
+                         "nn.Module, or a function with no arguments that returns one)")
+    return is_python_target(spec) and not Path(spec).is_file()
 
 
 def _check_module(session: Session, module: str | None) -> None:

@@ -7,23 +7,27 @@ labels are checked against and the numbers of the derivation.
 
 from __future__ import annotations
 
+import gc
 import math
 import re
 from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import torch
 
+from gradexplain.build import Builder, build
 from gradexplain.capture_data import CaptureLesson
-from gradexplain.explain import Attempt, explain
 from gradexplain.graphview import ACCUMULATE, GraphView
 from gradexplain.intervene_data import InterventionLesson
-from gradexplain.label import VIEWS, EventLabels, label_pass, short_name
+from gradexplain.label import VIEWS, EventLabels, label_pass, short_name, whole_names
 from gradexplain.replay import Replay, RunValues
 from gradexplain.rules import local_derivatives
 from gradexplain.session import Session, forward_steps
 from gradexplain.spec.expr import BinOp, Name, Number
 from gradexplain.spec.model import ModelSpec
-from gradexplain.trace import tensor_value, trace_both
+from gradexplain.torch_errors import Attempt, explain
+from gradexplain.trace import tensor_value, trace, value_limit
 from gradexplain.trace_data import Event, PassTrace, TensorValue, canonical_name
 from gradexplain.vjp_data import VjpLesson
 from gradexplain.walk_data import (
@@ -42,43 +46,95 @@ from gradexplain.walk_data import (
     Walk,
 )
 
-# float32 arithmetic in another order (a hook-free run) may differ in the last bits.
-ABSOLUTE_TOLERANCE = 1e-5
+# float32 arithmetic in another order (a hook-free run) may differ in the last bits: a check
+# allows that much relative to the tensor's largest value. No absolute allowance: in a deep
+# model gradients can be 1e-17 throughout, and a fixed one would let any two tiny tensors
+# match, so a wrong label there would pass. The floor only lets exact zeros equal each other.
 RELATIVE_TOLERANCE = 1e-4
+ABSOLUTE_FLOOR = 1e-30
 
 
-def capture(spec: ModelSpec, spec_path: str, spec_text: str) -> Session:
-    """Everything a renderer needs about the spec's run, to render now or save for later."""
-    result, traces = _walk(spec, spec_path)
+# The stages `capture` reports to its `progress` callback, in order (for a progress bar).
+STAGES = ("legacy pass", "full pass", "labels", "check run", "checks: legacy",
+          "checks: full", "chain rule", "lessons")
+Progress = Callable[[str], None]
+
+
+def capture(spec: ModelSpec, spec_path: str, spec_text: str, make: Builder | None = None,
+            max_values: int | None = None, progress: Progress | None = None) -> Session:
+    """Everything a renderer needs about the spec's run, to render now or save for later.
+    `make` builds a Python model (see `pymodel`); a YAML spec is built from the spec.
+    Tensors above `max_values` elements are recorded as summaries (default 10,000).
+    `progress` is told each stage of STAGES as it starts."""
+    with value_limit(max_values), _collector_paused():
+        result, traces = _walk(spec, spec_path, make, progress or _silent)
     return Session(spec_text, tuple(item.name for item in spec.inputs), forward_steps(spec),
                    traces, result)
 
 
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off for the capture, as it was afterwards. A capture
+    makes hundreds of thousands of small objects while torch holds as many alive, so the
+    collector's full sweeps took a fifth to a third of a deep model's capture; the capture
+    makes few cycles, and they are collected when it is back on."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 def walk(spec: ModelSpec, spec_path: str) -> Walk:
     """Run the spec's two passes and everything walk shows about them."""
-    return _walk(spec, spec_path)[0]
+    return _walk(spec, spec_path, None, _silent)[0]
 
 
-def _walk(spec: ModelSpec, spec_path: str) -> tuple[Walk, tuple[PassTrace, ...]]:
-    legacy, full = trace_both(spec)
+def _silent(stage: str) -> None:
+    pass
+
+
+def _walk(spec: ModelSpec, spec_path: str, make: Builder | None,
+          progress: Progress) -> tuple[Walk, tuple[PassTrace, ...]]:
+    fresh = make or (lambda: build(spec))
+    progress(STAGES[0])
+    legacy = trace(fresh(), "legacy")
+    progress(STAGES[1])
+    full = trace(fresh(), "full")
+    with whole_names(spec.python is not None):
+        return _label_and_check(spec, spec_path, legacy, full, fresh, progress), (legacy, full)
+
+
+def _label_and_check(spec: ModelSpec, spec_path: str, legacy: PassTrace, full: PassTrace,
+                     make: Builder, progress: Progress) -> Walk:
+    progress(STAGES[2])
     labelled = [label_pass(trace) for trace in (legacy, full)]
     view, _ = labelled[0]
-    replay = Replay(spec, legacy, [view.name_of(node) for node in view.order])
-    passes = tuple(
-        _walk_pass(trace, pass_view, events, replay)
-        for trace, (pass_view, events) in zip((legacy, full), labelled, strict=True)
-    )
+    progress(STAGES[3])
+    replay = Replay(spec, legacy, [view.name_of(node) for node in view.order], make)
+    passes = []
+    for stage, trace_, (pass_view, events) in zip(STAGES[4:6], (legacy, full), labelled,
+                                                   strict=True):
+        progress(stage)
+        passes.append(_walk_pass(trace_, pass_view, events, replay))
+    progress(STAGES[6])
+    derivations = _derivations(spec, legacy, view, replay)
+    runs = _run_steps(spec, legacy, view, replay)
+    progress(STAGES[7])
     return Walk(
         spec=spec_path,
         name=spec.name,
         about=spec.about,
         torch=torch.__version__,
-        passes=passes,
-        derivations=_derivations(spec, legacy, view, replay),
+        passes=tuple(passes),
+        derivations=derivations,
         interventions=len(spec.interventions),
-        runs=_run_steps(spec, legacy, view, replay),
+        runs=runs,
         lessons=_lessons(spec),
-    ), (legacy, full)
+        whole_names=spec.python is not None,
+    )
 
 
 def _lessons(spec: ModelSpec) -> Lessons:
@@ -123,7 +179,7 @@ def check(value: TensorValue | None, expected: torch.Tensor) -> Check:
         return Check(True, 0.0, expected_value)
     error = float((got - reference).abs().max())
     scale = float(reference.abs().max())
-    verified = error <= ABSOLUTE_TOLERANCE + RELATIVE_TOLERANCE * scale
+    verified = error <= RELATIVE_TOLERANCE * scale + ABSOLUTE_FLOOR
     return Check(verified, error, expected_value)
 
 
@@ -355,23 +411,29 @@ def _traced(trace: PassTrace, run: int) -> dict[str, list[TensorValue | None]]:
     return found
 
 
-def _tensor_name(view: GraphView, position: tuple[str, int] | None) -> str:
-    """A tensor's name in the derivation: its own, or what it is a view of (`weightᵀ`)."""
+def _tensor_name(view: GraphView, position: tuple[str, int] | None,
+                 seen: frozenset[tuple[str, int]] = frozenset()) -> str:
+    """A tensor's name in the derivation: its own, or what it is a view of (`weightᵀ`).
+    `seen`: the positions already asked about on the way here, so that an unnamed tensor
+    whose only use is an unnamed view of it is named by its op instead of asking forever."""
     if position is None:
         return "None"
     own = canonical_name(view.names.get(position, []))
     if own is not None:
         return own
+    seen = seen | {position}
     node = view.nodes[position[0]]
     kind = VIEWS.get(node.name)
     if kind is not None and node.next and node.next[0][0] is not None:
         below = view.resolve(node.next[0])
-        base = short_name(_tensor_name(view, below))
-        return f"{base}ᵀ" if kind == "transpose" else f"{base} ({kind}ed)" if kind == "expand" \
-            else f"{base} (reshaped)"
+        if below not in seen:
+            base = short_name(_tensor_name(view, below, seen))
+            return f"{base}ᵀ" if kind == "transpose" else f"{base} ({kind}ed)" \
+                if kind == "expand" else f"{base} (reshaped)"
     users = view.consumers.get(position, [])
-    if len(users) == 1 and VIEWS.get(view.name_of(users[0][0])) in ("reshape", "transpose"):
-        above = short_name(_tensor_name(view, (users[0][0], 0)))
+    if len(users) == 1 and VIEWS.get(view.name_of(users[0][0])) in ("reshape", "transpose") \
+            and (users[0][0], 0) not in seen:
+        above = short_name(_tensor_name(view, (users[0][0], 0), seen))
         return f"{above} (reshaped)"
     op = node.name.removesuffix("Backward0").removesuffix("Backward1").lower()
     return f"{op}#{view.rank[node.id]}"

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from gradexplain.label import short_name
+from gradexplain.label import short_name, whole_names
 from gradexplain.session import Session
 from gradexplain.trace_data import ModuleCall, PassTrace, TensorRecord, canonical_name
 from gradexplain.walk_data import LabelledArg, LabelledEvent, Meaning, PassWalk
@@ -92,6 +92,11 @@ class HookDiff:
 
 def compare(session: Session) -> HookDiff:
     """Every module's legacy and full backward hook calls, aligned and explained."""
+    with whole_names(session.walk.whole_names):
+        return _compare(session)
+
+
+def _compare(session: Session) -> HookDiff:
     walk = session.walk
     legacy_pass = next(item for item in walk.passes if item.mode == "legacy")
     full_pass = next(item for item in walk.passes if item.mode == "full")

@@ -146,6 +146,11 @@ class SpecLimitError(SpecError):
     kind = "too large"
 
 
+class ModelRunError(BadInput):
+    """The user's own Python model failed when called on the given inputs (its forward raised,
+    or it returned something that cannot be backpropagated)."""
+
+
 class SessionError(BadInput):
     """A saved session (`walk --save`) that cannot be loaded: not JSON, another schema, or a
     value of the wrong kind at some key path."""

@@ -15,6 +15,9 @@ The result is a claim (`Meaning`) and how to compute it independently (`Site`); 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 from gradexplain.graphview import ACCUMULATE, Edge, GraphView, Position
@@ -75,9 +78,25 @@ def label_pass(trace: PassTrace) -> tuple[GraphView, list[EventLabels]]:
     return labeller.view, [labeller.event(event) for event in trace.events]
 
 
+# A Python model's tensors have no names of their own: `head.weight` and `encoder.0.weight` are
+# told apart only by their paths, so while this is set every name is shown whole.
+_whole_names: ContextVar[bool] = ContextVar("gradexplain_whole_names", default=False)
+
+
+@contextmanager
+def whole_names(on: bool) -> Iterator[None]:
+    """Within the block, `short_name` keeps module paths when `on` (a Python model's walk)."""
+    token = _whole_names.set(on)
+    try:
+        yield
+    finally:
+        _whole_names.reset(token)
+
+
 def short_name(name: str) -> str:
-    """What a person calls a tensor in a formula: the last part of its path (`module2.t` -> t)."""
-    if ":" in name:
+    """What a person calls a tensor in a formula: the last part of its path (`module2.t` -> t);
+    the whole name for a Python model's tensors (see `whole_names`)."""
+    if ":" in name or _whole_names.get():
         return name
     return name.rsplit(".", 1)[-1]
 
@@ -384,4 +403,5 @@ def _aliases(names: list[str], canonical: str) -> tuple[str, ...]:
     return tuple(sorted({name for name in names if name != canonical}))
 
 
-__all__ = ["EventLabels", "Label", "Site", "label_pass", "latex_name", "short_name"]
+__all__ = ["EventLabels", "Label", "Site", "label_pass", "latex_name", "short_name",
+           "whole_names"]

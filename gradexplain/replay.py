@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch.autograd.graph import GradientEdge
 
-from gradexplain.build import build, make_tensor, observe
+from gradexplain.build import Builder, build, make_tensor, observe
 from gradexplain.errors import GradexplainError
 from gradexplain.graphview import ACCUMULATE, real_order
 from gradexplain.label import Site
@@ -46,9 +46,10 @@ class RunValues:
 class Replay:
     """The hook-free run of a spec and what every call of the traced pass computes in it."""
 
-    def __init__(self, spec: ModelSpec, trace: PassTrace, traced_order: list[str]) -> None:
+    def __init__(self, spec: ModelSpec, trace: PassTrace, traced_order: list[str],
+                 make: Builder | None = None) -> None:
         self.spec = spec
-        built = build(spec)
+        built = make() if make is not None else build(spec)
         named: dict[str, torch.Tensor] = {}
 
         def remember(name: str, value: Any) -> None:
@@ -56,10 +57,8 @@ class Replay:
                 named.setdefault(name, value)
 
         with observe(remember):
-            output = built.model(*built.inputs)
-        outputs = output if isinstance(output, tuple) else (output,)
-        named.update({name: value for name, value in zip(spec.root.returns, outputs,
-                                                           strict=True)
+            returned = built.forward()
+        named.update({name: value for name, value in returned.items()
                       if isinstance(value, torch.Tensor)})
         named.update(built.leaves())
         self.named = named

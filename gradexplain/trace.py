@@ -15,16 +15,18 @@ identical builds.
 
 from __future__ import annotations
 
+import re
 import warnings
 from collections import deque
-from collections.abc import Sequence
-from contextlib import ExitStack
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 import torch
 from torch import nn
 
-from gradexplain.build import Built, build, make_tensor, observe
+from gradexplain.build import Builder, Built, build, make_tensor, observe
 from gradexplain.errors import ExpectationError, Location
 from gradexplain.spec.model import GradOutputs, ModelSpec
 from gradexplain.trace_data import (
@@ -49,9 +51,11 @@ from gradexplain.trace_data import (
 Node = Any  # torch.autograd.graph.Node: C++ node classes without a usable static type
 
 
-def trace_both(spec: ModelSpec) -> tuple[PassTrace, PassTrace]:
-    """The legacy pass and the full pass, each on its own fresh build of `spec`."""
-    return trace(build(spec), "legacy"), trace(build(spec), "full")
+def trace_both(spec: ModelSpec, make: Builder | None = None) -> tuple[PassTrace, PassTrace]:
+    """The legacy pass and the full pass, each on its own fresh build of `spec` (made by
+    `make` when given: a Python model's builder)."""
+    fresh = make or (lambda: build(spec))
+    return trace(fresh(), "legacy"), trace(fresh(), "full")
 
 
 def trace(built: Built, mode: Mode) -> PassTrace:
@@ -60,6 +64,7 @@ def trace(built: Built, mode: Mode) -> PassTrace:
     with ExitStack() as hooks, warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         recorder.caught = caught
+        recorder.hooks = hooks
         recorder.register_module_hooks(hooks)
         recorder.register_leaf_hooks(hooks)
         with observe(lambda name, value: recorder.named(name, value, hooks)):
@@ -69,6 +74,22 @@ def trace(built: Built, mode: Mode) -> PassTrace:
     return recorder.result()
 
 
+# Above this many elements a tensor is recorded as a summary the moment a hook sees it: copying
+# every value of every activation of a deep model costs more time than the whole forward and
+# backward. `--max-values` lowers it (DESIGN section 5 allows a summary above 10,000).
+_value_limit: ContextVar[int] = ContextVar("gradexplain_value_limit", default=VALUE_LIMIT)
+
+
+@contextmanager
+def value_limit(limit: int | None) -> Iterator[None]:
+    """Within the block, tensors above `limit` elements are summarised (None: the default)."""
+    token = _value_limit.set(VALUE_LIMIT if limit is None else min(limit, VALUE_LIMIT))
+    try:
+        yield
+    finally:
+        _value_limit.reset(token)
+
+
 def tensor_value(tensor: torch.Tensor | None) -> TensorValue | None:
     """A tensor's values copied out now, in full precision, or a summary for a large one."""
     if tensor is None:
@@ -76,10 +97,14 @@ def tensor_value(tensor: torch.Tensor | None) -> TensorValue | None:
     data = tensor.detach()
     shape = tuple(data.shape)
     dtype = str(data.dtype).removeprefix("torch.")
-    if data.numel() > VALUE_LIMIT:
+    if data.numel() > _value_limit.get():
         as_float = data.double()
-        summary = Summary(float(as_float.min()), float(as_float.max()), float(as_float.mean()),
-                          float(as_float.norm()))
+        low, high = torch.aminmax(as_float)
+        # One conversion for the four numbers: on a deep model this runs thousands of times,
+        # and each small torch call costs more than its arithmetic.
+        minimum, maximum, mean, norm = torch.stack(
+            [low, high, as_float.mean(), torch.linalg.vector_norm(as_float)]).tolist()
+        summary = Summary(minimum, maximum, mean, norm)
         return TensorValue(shape, dtype, None, summary)
     return TensorValue(shape, dtype, data.tolist())
 
@@ -113,6 +138,8 @@ class _Recorder:
         # What the top-level model returned, by the names it returns them under: with full hooks
         # these are BackwardHookFunction views of the tensors named inside the model.
         self.returned: dict[str, torch.Tensor] = {}
+        self.auto_names = built.spec.python is not None
+        self.hooks = ExitStack()  # replaced by trace()'s own stack before anything registers
 
     # --- tensors and nodes -----------------------------------------------------------------
 
@@ -240,6 +267,14 @@ class _Recorder:
             self.record("forward_pre", path, None, args)
         return hook
 
+    def name_outputs(self, path: str, outputs: Sequence[Any]) -> None:
+        """A Python model has no step names: a module's outputs are named by its path and the op
+        that made them (`encoder.0:addmm`), the same in both passes and every run."""
+        for number, value in enumerate(outputs):
+            if isinstance(value, torch.Tensor) and value.grad_fn is not None:
+                suffix = "" if len(outputs) == 1 else f".{number}"
+                self.named(f"{path}:{op_name(value.grad_fn)}{suffix}", value, self.hooks)
+
     def forward_hook(self, path: str) -> Any:
         def hook(module: nn.Module, inputs: tuple[Any, ...], output: Any) -> None:
             outputs = output if isinstance(output, tuple) else (output,)
@@ -249,6 +284,8 @@ class _Recorder:
             else:
                 args.append(self.arg("output", output))
             self.record("forward", path, None, args)
+            if self.auto_names and path:
+                self.name_outputs(path, outputs)
             first = next((item for item in outputs if isinstance(item, torch.Tensor)), None)
             self.calls.append(ModuleCall(
                 path,
@@ -305,10 +342,8 @@ class _Recorder:
     # --- running ----------------------------------------------------------------------------
 
     def run_forward(self) -> None:
-        output = self.built.model(*self.built.inputs)
-        outputs = output if isinstance(output, tuple) else (output,)
-        self.returned = dict(zip(self.spec.root.returns, outputs, strict=True))
-        for value in outputs:
+        self.returned = self.built.forward()
+        for value in self.returned.values():
             self.index(value)
 
     def differentiated(self, name: str) -> torch.Tensor:
@@ -439,6 +474,18 @@ def grad_outputs(spec: GradOutputs, of: torch.Tensor) -> torch.Tensor:
     return make_tensor(spec.value).to(of.dtype)
 
 
+def op_name(node: Node) -> str:
+    """The op behind a grad_fn, as a name part: AddmmBackward0 -> addmm. A full backward hook's
+    wrapper (BackwardHookFunctionBackward) is looked through, so both passes agree."""
+    while node.name() == "BackwardHookFunctionBackward" and node.next_functions:
+        inner = node.next_functions[0][0]
+        if inner is None:
+            break
+        node = inner
+    name: str = node.name()
+    return re.sub(r"Backward\d*$", "", name).lower() or name.lower()
+
+
 def _accumulate_grad_node(leaf: torch.Tensor) -> Node | None:
     """A leaf's AccumulateGrad node, which torch only exposes through an expression using it."""
     probe = leaf.view_as(leaf)
@@ -448,4 +495,4 @@ def _accumulate_grad_node(leaf: torch.Tensor) -> Node | None:
     return node.next_functions[0][0]
 
 
-__all__ = ["tensor_value", "trace", "trace_both"]
+__all__ = ["tensor_value", "trace", "trace_both", "value_limit"]

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from gradexplain.capture_data import CaptureLesson
-from gradexplain.explain import Explanation
 from gradexplain.intervene_data import InterventionLesson
+from gradexplain.torch_errors import ErrorExplanation
 from gradexplain.trace_data import HookKind, Mode, Phase, RunError, TensorValue
 from gradexplain.vjp_data import VjpLesson
 
@@ -163,7 +163,7 @@ class RunStep:
     leaves: tuple[LeafGrad, ...]
     post_accumulate: int
     error: RunError | None = None
-    explanation: Explanation | None = None
+    explanation: ErrorExplanation | None = None
 
     @property
     def unexpected(self) -> bool:
@@ -202,6 +202,8 @@ class Walk:
     interventions: int
     runs: tuple[RunStep, ...] = ()
     lessons: Lessons = Lessons()
+    # A Python model's walk: tensors are named by whole module paths (label.whole_names).
+    whole_names: bool = False
 
     def checks(self) -> list[Check]:
         """Every check the walk made: hook arguments, final `.grad`s, chain-rule terms."""

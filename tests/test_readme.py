@@ -49,21 +49,34 @@ def test_console_example_is_real_output() -> None:
     assert result.stdout.strip() == example.group(1).strip()
 
 
+def assert_excerpt_is_real(pattern: str) -> None:
+    """The README block matching `pattern` (the command's arguments, then the excerpt): every
+    line it shows, between the `...`, is in the real output of that command."""
+    example = re.search(pattern, README, flags=re.S)
+    assert example is not None
+    command, arguments, excerpt = example.groups()
+    result = run_cli(command, *arguments.split())
+    assert result.code == 0, result.stderr
+    real = result.stdout.splitlines()
+    shown = [line for line in excerpt.splitlines() if line != "..."]
+    assert len(shown) > 4
+    for line in shown:
+        assert line in real, line
+
+
 @pytest.mark.parametrize("command", ["walk", "diff"])
 def test_console_excerpt_is_real_output(command: str) -> None:
     """Every line of the README's walk and diff excerpts (between the `...`) is in the real
     output."""
-    example = re.search(rf"\$ gradexplain {command} (.*?)\n(.*?)\n```", README, flags=re.S)
-    assert example is not None
-    result = run_cli(command, *example.group(1).split())
-    assert result.code == 0, result.stderr
-    real = result.stdout.splitlines()
-    shown = [line for line in example.group(2).splitlines() if line != "..."]
-    assert len(shown) > 5
-    for line in shown:
-        assert line in real, line
+    assert_excerpt_is_real(rf"\$ gradexplain ({command}) (specs/.*?)\n(.*?)\n```")
+
+
+def test_python_model_excerpt_is_real_output() -> None:
+    """The Python-model excerpt runs the example file the README points at."""
+    assert_excerpt_is_real(r"\$ gradexplain (walk) (examples/\S+ .*?)\n(.*?)\n```")
 
 
 def test_every_spec_is_in_the_readme_table() -> None:
     for path in sorted((REPO / "specs").glob("*.yaml")):
         assert f"(specs/{path.name})" in README, path.name
+

@@ -201,3 +201,16 @@ def test_cli_exit_1_and_a_loud_line_when_a_check_fails(
     assert exit_info.value.code == 1
     out = capsys.readouterr().out
     assert "checks FAILED" in out and "✗" in out
+
+
+def test_a_check_on_tiny_gradients_is_not_vacuous() -> None:
+    """Deep models' early gradients can be 1e-17 throughout: the check is relative to the
+    tensor's scale, so another tensor of the same tininess does not pass for it, while the
+    same values (and exact zeros) still do."""
+    expected = torch.tensor([1e-17, -2e-17, 3e-17])
+    same = TensorValue((3,), "float32", expected.tolist())
+    other = TensorValue((3,), "float32", [2e-17, -1e-17, 1e-17])
+    assert check(same, expected).verified
+    assert not check(other, expected).verified
+    assert check(TensorValue((2,), "float32", [0.0, 0.0]), torch.zeros(2)).verified
+    assert not check(TensorValue((2,), "float32", [0.0, 1e-20]), torch.zeros(2)).verified

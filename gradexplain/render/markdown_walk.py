@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from gradexplain.graphview import ACCUMULATE
+from gradexplain.label import whole_names
 from gradexplain.render.fmt import fmt, fmt_shape, fmt_value
 from gradexplain.render.latex import formula_latex, tensor_latex
 from gradexplain.render.lessons_render import lessons_markdown
@@ -50,6 +51,11 @@ TIMELINE_HEADERS = ("#", "hook", "target", "node", "argument", "derivative", "va
 def walk_markdown(walk: Walk, level: int = 2) -> str:
     """The whole walk: a header paragraph, then the sections "Chain rule", "Hook timeline: legacy
     pass", "Hook timeline: full pass" and "Checks" with headings at `level`."""
+    with whole_names(walk.whole_names):
+        return _walk_markdown(walk, level)
+
+
+def _walk_markdown(walk: Walk, level: int = 2) -> str:
     return blocks(
         _header(walk),
         lessons_markdown(walk, level),

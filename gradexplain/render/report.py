@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gradexplain.diff import HookDiff, compare, module_title
+from gradexplain.label import whole_names
 from gradexplain.order import first_firing_order
 from gradexplain.render.lessons_render import lessons_sections
 from gradexplain.render.markdown import blocks, bold, bullets, code, escape, heading, table
@@ -47,13 +48,20 @@ SECTIONS = (
 
 
 def report_markdown(session: Session) -> str:
+    """The whole report page of a session, as markdown."""
+    with whole_names(session.walk.whole_names):
+        return _report_markdown(session)
+
+
+def _report_markdown(session: Session) -> str:
     walk = session.walk
     diff = compare(session)
     sections = [(title, body) for title, body in _sections(session, diff) if body]
     parts = [
         heading(1, f"gradexplain report: {escape(walk.name)}"),
         f"> {escape(walk.about)}" if walk.about else "",
-        f"Spec {code(walk.spec)}, run with torch {code(walk.torch)} by "
+        f"{'Model' if walk.whole_names else 'Spec'} {code(walk.spec)}, run with torch "
+        f"{code(walk.torch)} by "
         f"{code('gradexplain report')}.",
         bullets([f"[{title}](#{anchor(title)})" for title, _ in sections]),
     ]
@@ -69,8 +77,12 @@ def _sections(session: Session, diff: HookDiff) -> list[tuple[str, str]]:
         ("Summary", blocks(_summary(walk), bullets(
             [f"{code(module_title(module.module))}: {prose(module.verdict)}"
              for module in diff.modules]))),
-        ("The model", _spec_excerpt(session.spec_text, walk.spec)),
-        ("Forward graph", _diagram(forward_mermaid(session), "the forward")),
+        ("The model", _spec_excerpt(session.spec_text, walk.spec,
+                                    "text" if walk.whole_names else "yaml")),
+        # A Python model's forward is its own code, with no steps to draw: the autograd graph
+        # below is what it recorded.
+        ("Forward graph", _diagram(forward_mermaid(session), "the forward")
+         if session.forward else ""),
         ("Forward values", forward_values_markdown(session, level=3)),
         ("Autograd graph", blocks(
             "The legacy pass's graph, from the output down to the leaves (gradients flow along "
@@ -106,19 +118,20 @@ def _summary(walk: Walk) -> str:
     total = len(walk.checks())
     if not failures:
         return (f"All {total} checks verified: every label below was computed again in a "
-                "hook-free run of the same spec and matched.")
+                f"hook-free run of the same {'model' if walk.whole_names else 'spec'} and "
+                "matched.")
     return bold(f"{len(failures)} of {total} checks FAILED") + escape(
         ": some labels below are wrong or the run differs; see Checks.")
 
 
-def _spec_excerpt(text: str, path: str) -> str:
+def _spec_excerpt(text: str, path: str, language: str = "yaml") -> str:
     lines = text.rstrip("\n").split("\n")
     shown = "\n".join(lines[:SPEC_LINES])
     longest = max((len(run) for run in re.findall(r"`+", shown)), default=0)
     fence = "`" * max(3, longest + 1)
     more = (f"\n\n{escape(f'... {len(lines) - SPEC_LINES} more lines in ')}{code(path)}"
             if len(lines) > SPEC_LINES else "")
-    return f"{fence}yaml\n{shown}\n{fence}{more}"
+    return f"{fence}{language}\n{shown}\n{fence}{more}"
 
 
 def _diagram(body: str | None, what: str) -> str:

@@ -11,10 +11,10 @@ from rich.table import Table
 from rich.text import Text
 
 from gradexplain.errors import first_line_of
-from gradexplain.explain import Explanation
 from gradexplain.render.fmt import fmt_value
 from gradexplain.render.markdown import blocks, bold, bullets, code, escape, heading, table
 from gradexplain.render.marks import check_cell, check_mark
+from gradexplain.torch_errors import ErrorExplanation
 from gradexplain.walk_data import LeafGrad, RunStep, Walk
 
 
@@ -101,7 +101,7 @@ def _change(leaf: LeafGrad) -> str:
     return f"{fmt_value(leaf.before)} + {fmt_value(leaf.added)} = {fmt_value(leaf.after)}"
 
 
-def _explanation_text(explanation: Explanation) -> RenderableType:
+def _explanation_text(explanation: ErrorExplanation) -> RenderableType:
     grid = Table.grid(padding=(0, 1))
     grid.add_column(no_wrap=True)
     grid.add_column(max_width=86)

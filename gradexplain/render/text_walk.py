@@ -1,21 +1,30 @@
 """`walk --format text`: rich renderables for a person at a terminal (readable at 100 columns).
 
 The renderer returns a renderable; `cli.py` prints it. Colour is the console's business: rich
-drops it when output is piped or NO_COLOR is set.
+drops it when output is piped or NO_COLOR is set. A deep model's blocks repeat: runs of events
+and chain-rule lines that differ only in block numbers and values are folded into one note each
+(`collapse.py` finds them; `--all-blocks` turns it off).
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
 
 from rich.console import Group, RenderableType
 from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from gradexplain.label import short_name
+from gradexplain.label import short_name, whole_names
+from gradexplain.render.collapse import Folded, Shown, folded_blocks, plan_folds, shape_key
 from gradexplain.render.fmt import fmt, fmt_value
 from gradexplain.render.lessons_render import lessons_text
 from gradexplain.render.marks import check_mark
+from gradexplain.trace_data import TensorValue
 from gradexplain.walk_data import (
+    Check,
     Derivation,
     DerivationLine,
     LabelledEvent,
@@ -28,14 +37,24 @@ PASS_TITLES = {
     "full": "full pass: register_full_backward_pre_hook + register_full_backward_hook",
 }
 
+Item = TypeVar("Item")
 
-def walk_text(walk: Walk) -> RenderableType:
+
+def walk_text(walk: Walk, *, collapse: bool = True) -> RenderableType:
+    """The whole walk as rich renderables: lessons, chain rule, both passes, the verdict.
+
+    With `collapse`, runs of repeated blocks (a deep model's) are folded into one note each."""
+    with whole_names(walk.whole_names):
+        return _walk_text(walk, collapse)
+
+
+def _walk_text(walk: Walk, collapse: bool) -> RenderableType:
     parts: list[RenderableType] = [_header(walk)]
     parts += lessons_text(walk)
     for derivation in walk.derivations:
-        parts.append(_derivation(derivation))
+        parts.append(_derivation(derivation, collapse))
     for walk_pass in walk.passes:
-        parts.append(_pass(walk_pass))
+        parts.append(_pass(walk_pass, collapse))
     parts.append(_verdict(walk))
     return Group(*parts)
 
@@ -52,7 +71,7 @@ def _header(walk: Walk) -> RenderableType:
     return Group(*lines, Text(""))
 
 
-def _derivation(derivation: Derivation) -> RenderableType:
+def _derivation(derivation: Derivation, collapse: bool) -> RenderableType:
     call = "backward" if derivation.kind == "backward" else "autograd.grad"
     title = f"chain rule of run {derivation.run}: {call} of {derivation.of}"
     lines: list[RenderableType] = []
@@ -61,9 +80,9 @@ def _derivation(derivation: Derivation) -> RenderableType:
         lines.append(Text(f"every g below is vᵀ·∂{derivation.of}/∂(·): a vector-Jacobian "
                           "product, v weighing each output element", style="dim italic"))
     lines.insert(0, Text(title, style="bold underline"))
-    prefix = "vᵀ·" if derivation.seed is not None else ""
-    for line in derivation.lines:
-        lines.append(_derivation_line(prefix + "∂" + derivation.of, line))
+    numerator = ("vᵀ·" if derivation.seed is not None else "") + "∂" + derivation.of
+    lines += _folding_repeats(derivation.lines, lambda line: _derivation_line(numerator, line),
+                              _line_outline, "lines", collapse)
     lines.append(Text(""))
     return Group(*lines)
 
@@ -84,10 +103,9 @@ def _derivation_line(numerator: str, line: DerivationLine) -> RenderableType:
     return Group(head, table)
 
 
-def _pass(walk_pass: PassWalk) -> RenderableType:
+def _pass(walk_pass: PassWalk, collapse: bool) -> RenderableType:
     parts: list[RenderableType] = [Text(PASS_TITLES[walk_pass.mode], style="bold underline")]
-    for event in walk_pass.events:
-        parts.append(_event(event))
+    parts += _folding_repeats(walk_pass.events, _event, _event_outline, "events", collapse)
     if walk_pass.grads:
         grads = Table.grid(padding=(0, 1))
         for grad in walk_pass.grads:
@@ -127,6 +145,83 @@ def _event(event: LabelledEvent) -> RenderableType:
     return Group(*parts)
 
 
+@dataclass(frozen=True)
+class _Outline:
+    """An event or chain-rule line as the folding sees it: `text`, what it prints bar values
+    and sequence numbers; `shape`, what must match for two items to read alike (None for an
+    item with a failed check: never folded); `checks`, how many checks it shows."""
+
+    text: str
+    shape: Hashable | None
+    checks: int
+
+
+def _folding_repeats(items: Sequence[Item], render: Callable[[Item], RenderableType],
+                     outline: Callable[[Item], _Outline], what: str,
+                     collapse: bool) -> list[RenderableType]:
+    """Each item rendered, except runs of repeated blocks, each folded into one note."""
+    if not collapse:
+        return [render(item) for item in items]
+    outlines = [outline(item) for item in items]
+    plan = plan_folds([item.shape for item in outlines])
+    texts = [item.text for item in outlines]
+    parts: list[RenderableType] = []
+    for step in plan.steps:
+        if isinstance(step, Shown):
+            parts += [render(item) for item in items[step.start:step.stop]]
+        else:
+            checks = sum(item.checks for item in outlines[step.start:step.stop])
+            parts.append(_fold_note(step, folded_blocks(step, texts), what, checks))
+    return parts
+
+
+def _fold_note(fold: Folded, blocks: range | None, what: str, checks: int) -> Text:
+    """`⋯ 46 more repeats (all of blocks 3–46): 1610 events, all 2254 checks ✓; …`: one line.
+
+    A repeat need not start where a block does (backward interleaves neighbouring blocks), so
+    the note counts repeats and names only the blocks it holds all of."""
+    where = ""
+    if blocks is not None:
+        where = (f" (all of block {blocks.start})" if len(blocks) == 1
+                 else f" (all of blocks {blocks.start}–{blocks[-1]})")
+    # Failed checks are never folded (plan_folds), so whatever is folded verified.
+    checked = f"all {checks} checks ✓" if checks else "no checks"
+    return Text(f"  ⋯ {fold.repeats} more repeats{where}: {fold.stop - fold.start} {what}, "
+                f"{checked}; --all-blocks shows them", style="dim")
+
+
+def _event_outline(event: LabelledEvent) -> _Outline:
+    rows = [f"{event.phase} {event.hook} {event.target} {event.node or ''}", event.why or ""]
+    rows += [f"{arg.name} {arg.meaning.text if arg.meaning else ''} {_mark(arg.check)}"
+             for arg in event.args]
+    text = "\n".join(rows)
+    checks = [arg.check for arg in event.args if arg.check is not None]
+    failed = not all(check.verified for check in checks)
+    shape = None if failed else (event.run, shape_key(text),
+                                 tuple(_size(arg.value) for arg in event.args))
+    return _Outline(text, shape, len(checks))
+
+
+def _line_outline(line: DerivationLine) -> _Outline:
+    rows = [f"{line.node} {line.output} {line.has_rule}"]
+    rows += [f"{term.wrt} {term.local} {_mark(term.check)}" for term in line.terms]
+    text = "\n".join(rows)
+    checks = [term.check for term in line.terms if term.check is not None]
+    failed = not all(check.verified for check in checks)
+    shape = None if failed else (shape_key(text), _size(line.upstream),
+                                 tuple(_size(term.value) for term in line.terms))
+    return _Outline(text, shape, len(checks))
+
+
+def _mark(check: Check | None) -> str:
+    return "-" if check is None else "✓" if check.verified else "✗"
+
+
+def _size(value: TensorValue | None) -> tuple[int, ...] | None:
+    """A value's shape: two blocks of different widths print differently, so do not match."""
+    return None if value is None else value.shape
+
+
 def display_node(name: str) -> str:
     """`torch::autograd::AccumulateGrad` reads as `AccumulateGrad`."""
     return name.removeprefix("torch::autograd::")
@@ -136,7 +231,8 @@ def _verdict(walk: Walk) -> RenderableType:
     total = len(walk.checks())
     failures = walk.failures()
     if not failures:
-        return Text(f"all {total} checks verified against a hook-free run of the same spec",
+        source = "model" if walk.whole_names else "spec"
+        return Text(f"all {total} checks verified against a hook-free run of the same {source}",
                     style="bold green")
     lines: list[RenderableType] = [
         Text(f"{len(failures)} of {total} checks FAILED: these labels are wrong or the run "

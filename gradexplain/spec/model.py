@@ -192,9 +192,22 @@ class TensorInfo:
     requires_grad: bool
 
 
+LossKind = Literal["sum", "mean"]
+
+
+@dataclass(frozen=True)
+class PythonModel:
+    """What makes a ModelSpec stand for the user's own Python model (`file.py:make_model`)
+    rather than YAML: where it came from, and how its output becomes the scalar `loss` that is
+    backpropagated. Its tensors are named by module path and op (`encoder.0:addmm`)."""
+
+    target: str
+    loss: LossKind
+
+
 @dataclass(frozen=True)
 class ModelSpec:
-    """A whole spec, loaded and checked."""
+    """A whole spec, loaded and checked (or made for a Python model: `python` says which)."""
 
     name: str
     about: str
@@ -208,6 +221,7 @@ class ModelSpec:
     interventions: tuple[Intervention, ...]
     captures: tuple[Capture, ...]
     tensors: tuple[TensorInfo, ...] = ()
+    python: PythonModel | None = None
 
     def tensor(self, name: str) -> TensorInfo | None:
         for info in self.tensors:

@@ -16,7 +16,7 @@ from gradexplain.trace_data import RunError
 
 
 @dataclass(frozen=True)
-class Explanation:
+class ErrorExplanation:
     """An error in plain words: `what` happened, `why` torch refuses it, and the `fix`."""
 
     what: str
@@ -35,13 +35,13 @@ class Attempt:
     earlier: tuple[int, ...]  # the runs before this one that went through the graph
 
 
-def explain(error: RunError, attempt: Attempt) -> Explanation:
+def explain(error: RunError, attempt: Attempt) -> ErrorExplanation:
     """The first rule whose message matches, else torch's message with no more to add."""
     message = error.message.lower()
     for fragment, rule in _RULES:
         if fragment in message:
             return rule(error, attempt)
-    return Explanation(f"torch raised {error.category}", first_line_of(error.message),
+    return ErrorExplanation(f"torch raised {error.category}", first_line_of(error.message),
                        "read torch's message above; gradexplain has no rule for this error yet")
 
 
@@ -61,9 +61,9 @@ def _call(attempt: Attempt) -> str:
             else f"torch.autograd.grad({attempt.of}, ...)")
 
 
-def _non_scalar(error: RunError, attempt: Attempt) -> Explanation:
+def _non_scalar(error: RunError, attempt: Attempt) -> ErrorExplanation:
     seed = "gradient" if attempt.kind == "backward" else "grad_outputs"
-    return Explanation(
+    return ErrorExplanation(
         f"{_call(attempt)} on a non-scalar without `{seed}`",
         f"{attempt.of} has shape {_shape(error.shape)}, {_count(error.shape)} elements. "
         f"Backward computes a vector-Jacobian product vᵀ·J, and torch only makes up v = 1 "
@@ -75,11 +75,11 @@ def _non_scalar(error: RunError, attempt: Attempt) -> Explanation:
     )
 
 
-def _second_time(error: RunError, attempt: Attempt) -> Explanation:
+def _second_time(error: RunError, attempt: Attempt) -> ErrorExplanation:
     earlier = ", ".join(str(run) for run in attempt.earlier) or "an earlier call"
     freed = ("; ".join(error.freed) if error.freed
              else "the saved tensors of a node on the way")
-    return Explanation(
+    return ErrorExplanation(
         f"a second {_call(attempt)} through a graph already freed",
         f"run {earlier} went through this graph without retain_graph=True, so torch freed "
         f"what its nodes had saved for backward: {freed}. Nodes that save nothing (x + 3: "
@@ -89,8 +89,8 @@ def _second_time(error: RunError, attempt: Attempt) -> Explanation:
     )
 
 
-def _no_grad(error: RunError, attempt: Attempt) -> Explanation:
-    return Explanation(
+def _no_grad(error: RunError, attempt: Attempt) -> ErrorExplanation:
+    return ErrorExplanation(
         f"{_call(attempt)} of a tensor that does not require grad",
         f"{attempt.of} does not require grad: nothing it was computed from has "
         "requires_grad=True, so autograd recorded no graph for it (its grad_fn is None) and "
@@ -101,8 +101,8 @@ def _no_grad(error: RunError, attempt: Attempt) -> Explanation:
     )
 
 
-def _view_inplace(error: RunError, attempt: Attempt) -> Explanation:
-    return Explanation(
+def _view_inplace(error: RunError, attempt: Attempt) -> ErrorExplanation:
+    return ErrorExplanation(
         "an in-place change to a module output that a full backward hook wraps",
         "register_full_backward_hook wraps the module's outputs in BackwardHookFunction, a "
         "custom autograd Function returning views; modifying such a view in place would "
@@ -113,7 +113,7 @@ def _view_inplace(error: RunError, attempt: Attempt) -> Explanation:
     )
 
 
-_RULES: tuple[tuple[str, Callable[[RunError, Attempt], Explanation]], ...] = (
+_RULES: tuple[tuple[str, Callable[[RunError, Attempt], ErrorExplanation]], ...] = (
     ("grad can be implicitly created only for scalar outputs", _non_scalar),
     ("backward through the graph a second time", _second_time),
     ("does not require grad and does not have a grad_fn", _no_grad),
@@ -123,4 +123,4 @@ _RULES: tuple[tuple[str, Callable[[RunError, Attempt], Explanation]], ...] = (
 
 
 
-__all__ = ["Attempt", "Explanation", "explain"]
+__all__ = ["Attempt", "ErrorExplanation", "explain"]

@@ -1,0 +1,162 @@
+"""The Python API: `gradexplain.explain(model, *inputs)` for notebooks and scripts, and the one
+function the command line uses for `walk FILE.py:NAME`, so both run the same pipeline.
+
+    >>> from gradexplain import explain
+    >>> result = explain(model, torch.randn(4, 3))          # doctest: +SKIP
+    >>> result.failures()                                   # doctest: +SKIP
+    []
+    >>> rich.print(result.text())                           # doctest: +SKIP
+
+The model is deep-copied for every run, so the caller's model gets no hooks and no `.grad`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gradexplain.errors import UsageError
+from gradexplain.session import Session
+
+if TYPE_CHECKING:
+    import torch
+    from rich.console import RenderableType
+    from torch import nn
+
+    from gradexplain.diff import HookDiff
+    from gradexplain.walk_data import Failure, Walk
+
+Progress = Callable[[str], None]  # told each stage of derive.STAGES as it starts
+
+# Python models' activations are large: copying every value of each is what makes a walk slow.
+PYTHON_MAX_VALUES = 1_000
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """What `gradexplain walk` computes for a model (the captured session), rendered on demand:
+    `text()` a rich renderable, `markdown()` a string, `json()` a dict, `report()` a page."""
+
+    session: Session
+
+    @property
+    def walk(self) -> Walk:
+        return self.session.walk
+
+    def failures(self) -> list[Failure]:
+        """Every check that failed (empty when every label held)."""
+        return self.walk.failures()
+
+    def text(self, *, collapse: bool = True) -> RenderableType:
+        """The walk as `gradexplain walk` prints it (repeated blocks collapsed unless told)."""
+        from gradexplain.render.text_walk import walk_text
+
+        return walk_text(self.walk, collapse=collapse)
+
+    def markdown(self) -> str:
+        """The walk as `gradexplain walk --format markdown` prints it."""
+        from gradexplain.render.markdown_walk import walk_markdown
+
+        return walk_markdown(self.walk)
+
+    def json(self) -> dict[str, Any]:
+        """The walk as `gradexplain walk --format json` prints it (schema gradexplain.walk/1)."""
+        from gradexplain.render.json_walk import walk_json
+
+        return walk_json(self.walk)
+
+    def diff(self) -> HookDiff:
+        """Legacy vs full hooks, module by module, as `gradexplain diff` computes it."""
+        from gradexplain.diff import compare
+
+        return compare(self.session)
+
+    def report(self) -> str:
+        """The markdown page `gradexplain report` writes."""
+        from gradexplain.render.report import report_markdown
+
+        return report_markdown(self.session)
+
+    def save(self, path: str | Path) -> None:
+        """Save the session, for `gradexplain walk --load FILE` (and diff, report)."""
+        from gradexplain.session import save_session
+
+        save_session(self.session, Path(path))
+
+    def __rich__(self) -> RenderableType:
+        return self.text()
+
+    def _repr_markdown_(self) -> str:
+        return self.markdown()
+
+
+def explain(model: nn.Module | Any, *inputs: torch.Tensor | Sequence[int], loss: str = "sum",
+            max_values: int | None = PYTHON_MAX_VALUES, name: str | None = None) -> Explanation:
+    """Walk `model` on `inputs` with every hook: which derivative each hook argument is.
+
+    `model` is an nn.Module or a zero-argument function returning one; each input is a tensor
+    (copied; floating ones require grad) or a shape such as (4, 3), filled with seeded randn.
+    `loss` is "sum" or "mean" of the output, the scalar backpropagated. Tensors above
+    `max_values` elements are recorded as summaries. Raises a GradexplainError subclass for
+    bad input (its message says what to fix).
+    """
+    import torch
+
+    from gradexplain.pymodel import InputShape, as_module, check_arity, random_inputs
+
+    title = name or getattr(model, "__name__", None) or type(model).__name__
+    target = f"{title} (Python)"
+    module = as_module(model, target)
+    tensors: list[torch.Tensor] = []
+    for index, item in enumerate(inputs):
+        if isinstance(item, torch.Tensor):
+            tensors.append(item)
+        elif isinstance(item, (tuple, list)) and all(isinstance(size, int) for size in item):
+            tensors += random_inputs([InputShape(tuple(item))], seed=index)
+        else:
+            raise UsageError(f"explain(): input {index} is a {type(item).__name__}; give a "
+                             "tensor or a shape such as (4, 3)")
+    check_arity(module, len(tensors), target)
+    return Explanation(_capture(module, tuple(tensors), target, loss, max_values, None))
+
+
+def run_target(target: str, shapes: Sequence[str], inputs_file: Path | None, loss: str,
+               max_values: int | None, progress: Progress | None = None) -> Session:
+    """`gradexplain walk FILE.py:NAME --input 4x3`: load the model (running the user's code,
+    by their choice), make or load its inputs, and capture the session."""
+    from gradexplain.pymodel import (
+        check_arity,
+        load_inputs,
+        load_model,
+        parse_input,
+        random_inputs,
+    )
+
+    if shapes and inputs_file is not None:
+        raise UsageError("give --input shapes or --inputs FILE, not both")
+    parsed = [parse_input(text) for text in shapes]  # a typo is reported before user code runs
+    model = load_model(target)
+    tensors = load_inputs(inputs_file) if inputs_file is not None else random_inputs(parsed)
+    check_arity(model, len(tensors), target)
+    given = (f"--inputs {inputs_file}" if inputs_file is not None
+             else " ".join(f"--input {item.text}" for item in parsed))
+    command = f"gradexplain walk {target} {given} --loss {loss}"
+    return _capture(model, tensors, target, loss,
+                    PYTHON_MAX_VALUES if max_values is None else max_values, command, progress)
+
+
+def _capture(model: nn.Module, inputs: tuple[torch.Tensor, ...], target: str, loss: str,
+             max_values: int | None, command: str | None,
+             progress: Progress | None = None) -> Session:
+    from gradexplain.derive import capture
+    from gradexplain.pymodel import python_source
+
+    if loss not in ("sum", "mean"):
+        raise UsageError(f"loss {loss!r}: use 'sum' or 'mean'")
+    source = python_source(model, inputs, target, loss, command)  # type: ignore[arg-type]
+    return capture(source.spec, target, source.description, source.build, max_values, progress)
+
+
+__all__ = ["Explanation", "explain", "run_target"]

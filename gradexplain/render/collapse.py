@@ -1,0 +1,169 @@
+"""Folding repeated blocks: which items of a long sequence to print in full and which to sum up.
+
+A deep model (fifty identical MLP blocks) walks into thousands of hook events and chain-rule
+lines that repeat block after block with only the block index, the node numbers and the values
+changed. This module owns finding those repeats; it knows nothing of events, torch or rich. The
+caller gives each item a *shape*: a hashable that is equal for two items exactly when they read
+the same once values are left out and the numbers that change from block to block are masked
+(`shape_key` masks them in a text), or None for an item that must always be printed in full,
+such as one whose check failed.
+
+`plan_folds` reads the shapes left to right. At each position it asks, for every period p up to
+`max_period`: how many times do the p items from here repeat back to back, shape for shape? It
+takes the period that hides the most items, provided at least `min_hidden` repeats would be
+hidden, keeps the first repeat (the reader sees the pattern) and the last one (the reader sees
+where it ends) in full, and folds the repeats between them, then carries on after the run. With
+no such period it shows the item and moves on by one. An item shaped None equals nothing, so no
+repeat spans it: a failure is always shown, with the block around it.
+
+Counting repeats is a table lookup: for each period p, `matches[p][j]` is how many consecutive
+positions from j on have shape[j] == shape[j + p], filled right to left once. The whole plan
+costs O(n · max_period) time and memory, and the same shapes always give the same plan.
+"""
+
+from __future__ import annotations
+
+import re
+from array import array
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+
+# Integer components of a module path: the 3 in `3.linear`, `blocks.3.linear`, `encoder.3:relu`.
+# Digits inside a name (`layer1`, `ReluBackward0`) name different things, and digits in brackets
+# are argument positions (`grad_input[0]`), so both stay. ASCII only, because the transpose mark
+# `ᵀ` counts as a letter to `\w`.
+_PATH_NUMBER = re.compile(r"(?<![A-Za-z0-9_\[#@])[0-9]+(?![A-Za-z0-9_\]])")
+# Counters that grow from block to block without naming one: autograd node ids (`n17`), the
+# n-th call of an op (`add#6`), the n-th version of a tensor (`t@2`).
+_COUNTER = re.compile(r"(?<![A-Za-z0-9_])n[0-9]+(?![A-Za-z0-9_])|(?<=[#@])[0-9]+")
+
+MAX_PERIOD = 100
+MIN_HIDDEN = 3
+
+
+def shape_key(text: str) -> str:
+    """`node n17 on AddmmBackward0 ∂loss/∂blocks.3.linear:addmm` with what changes from block
+    to block masked: `node # on AddmmBackward0 ∂loss/∂blocks.#.linear:addmm`."""
+    return _PATH_NUMBER.sub("#", _COUNTER.sub("#", text))
+
+
+def path_numbers(text: str) -> set[int]:
+    """The integer module-path components `shape_key` masks (not counters): {3} for
+    `blocks.3.linear`."""
+    return {int(number) for number in _PATH_NUMBER.findall(text)}
+
+
+@dataclass(frozen=True)
+class Shown:
+    """Items `start` to `stop - 1`, printed in full."""
+
+    start: int
+    stop: int
+
+
+@dataclass(frozen=True)
+class Folded:
+    """Items `start` to `stop - 1`, summed up: `repeats` back-to-back repeats of `period` items,
+    each shaped like the repeat shown just above them; another like it is shown just below."""
+
+    start: int
+    stop: int
+    period: int
+
+    @property
+    def repeats(self) -> int:
+        return (self.stop - self.start) // self.period
+
+
+Step = Shown | Folded
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Every item of the sequence, in order, in exactly one step."""
+
+    steps: tuple[Step, ...]
+
+    @property
+    def folds(self) -> tuple[Folded, ...]:
+        return tuple(step for step in self.steps if isinstance(step, Folded))
+
+
+def plan_folds(shapes: Sequence[Hashable | None], *, max_period: int = MAX_PERIOD,
+               min_hidden: int = MIN_HIDDEN) -> Plan:
+    """Which items to show and which runs of repeats to fold (see the module docstring)."""
+    count = len(shapes)
+    ids = _shape_ids(shapes)
+    # A run worth folding has min_hidden + 2 repeats (the first and last stay shown).
+    longest = min(max_period, count // (min_hidden + 2))
+    matches = {period: _match_lengths(ids, period) for period in range(1, longest + 1)}
+    steps: list[Step] = []
+    position = 0
+    shown_from = 0
+    while position < count:
+        run = _best_run(matches, position, min_hidden)
+        if run is None:
+            position += 1
+            continue
+        period, repeats = run
+        hidden_from, hidden_to = position + period, position + (repeats - 1) * period
+        steps += [Shown(shown_from, hidden_from), Folded(hidden_from, hidden_to, period)]
+        shown_from = hidden_to
+        position += repeats * period
+    if shown_from < count:
+        steps.append(Shown(shown_from, count))
+    return Plan(tuple(steps))
+
+
+def _best_run(matches: dict[int, array[int]], position: int,
+              min_hidden: int) -> tuple[int, int] | None:
+    """(period, repeats) of the run from `position` that hides the most items, if any hides
+    `min_hidden` repeats; on a tie the shortest period (periods are tried shortest first)."""
+    best: tuple[int, int] | None = None
+    most_hidden = 0
+    for period, lengths in matches.items():
+        repeats = 1 + lengths[position] // period
+        hidden = (repeats - 2) * period
+        if repeats - 2 >= min_hidden and hidden > most_hidden:
+            best, most_hidden = (period, repeats), hidden
+    return best
+
+
+def show_all(count: int) -> Plan:
+    """The plan that folds nothing."""
+    return Plan((Shown(0, count),) if count else ())
+
+
+def folded_blocks(fold: Folded, texts: Sequence[str]) -> range | None:
+    """The block numbers `fold` hides, as in `blocks 3–46`: the integer path components of its
+    items' `texts` (unmasked) that the repeats shown just above and below it do not mention,
+    when they are consecutive; None when they are not, or there are none."""
+    hidden = _numbers(texts[fold.start:fold.stop])
+    shown = _numbers(texts[fold.start - fold.period:fold.start])
+    shown |= _numbers(texts[fold.stop:fold.stop + fold.period])
+    numbers = sorted(hidden - shown)
+    if not numbers or numbers[-1] - numbers[0] != len(numbers) - 1:
+        return None
+    return range(numbers[0], numbers[-1] + 1)
+
+
+def _numbers(texts: Sequence[str]) -> set[int]:
+    return {number for text in texts for number in path_numbers(text)}
+
+
+def _shape_ids(shapes: Sequence[Hashable | None]) -> list[int]:
+    """Each shape as a small int (equal shapes, equal ints); each None as an int of its own."""
+    known: dict[Hashable, int] = {}
+    ids: list[int] = []
+    for index, shape in enumerate(shapes):
+        ids.append(-1 - index if shape is None else known.setdefault(shape, len(known)))
+    return ids
+
+
+def _match_lengths(ids: Sequence[int], period: int) -> array[int]:
+    """How many consecutive positions from each j on have ids[j] == ids[j + period]."""
+    lengths = array("l", [0]) * (len(ids) + 1)
+    for index in range(len(ids) - period - 1, -1, -1):
+        if ids[index] == ids[index + period]:
+            lengths[index] = lengths[index + 1] + 1
+    return lengths
