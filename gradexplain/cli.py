@@ -35,7 +35,8 @@ app = typer.Typer(
     name="gradexplain",
     help=(
         "Which derivative is this hook argument? gradexplain runs a tiny PyTorch model from a "
-        "YAML spec with every kind of hook and labels each gradient it sees.\n\n"
+        "YAML spec, or your own (FILE.py:NAME), with every kind of hook and labels each "
+        "gradient it sees.\n\n"
         "Exit codes: 0 success, 1 the run found a problem, 2 bad input."
     ),
     no_args_is_help=True,
@@ -226,6 +227,9 @@ def walk(
     argument is labelled from the autograd graph and checked against a hook-free run; the
     chain rule is derived node by node. JSON output is schema gradexplain.walk/1. Exit 0 when
     every check holds, 1 when one fails, 2 for a bad spec or option.
+
+    SPEC may also be your own model: `gradexplain walk models.py:make_model --input 4x3`
+    (see --input, --inputs, --loss); the loss backpropagated is the sum of its output.
     """
     from gradexplain.render.select import select
 
