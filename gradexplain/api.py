@@ -12,7 +12,7 @@ The model is deep-copied for every run, so the caller's model gets no hooks and 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,10 +25,9 @@ if TYPE_CHECKING:
     from rich.console import RenderableType
     from torch import nn
 
+    from gradexplain.derive import Progress
     from gradexplain.diff import HookDiff
     from gradexplain.walk_data import Failure, Walk
-
-Progress = Callable[[str], None]  # told each stage of derive.STAGES as it starts
 
 # Python models' activations are large: copying every value of each is what makes a walk slow.
 PYTHON_MAX_VALUES = 1_000

@@ -309,8 +309,7 @@ def _run(spec: ModelSpec, goal: Goal, item: Intervention | None) -> _Run:
         if item is not None and hook is not None and item.hook != "tensor":
             hook.register_on_module(built.model.get_submodule(item.target), hooks)
         with observe(remember):
-            output = built.model(*built.inputs)
-        returned = dict(zip(spec.root.returns, tensors_of(output), strict=True))
+            returned = built.forward()
         if item is not None and hook is not None and item.hook == "tensor":
             # Registered before the recorders: hooks on one tensor chain in registration order,
             # so the recorded gradient of the hooked tensor is the replacement.
@@ -408,8 +407,7 @@ class _HookFree:
                 else:
                     hooks.enter_context(module.register_forward_hook(after_call))
             with observe(remember):
-                output = self.built.model(*self.built.inputs)
-        self.returned = dict(zip(self.spec.root.returns, tensors_of(output), strict=True))
+                self.returned = self.built.forward()
         if item.hook == "tensor":
             self.positions.append([_lookup(item.target, self.named, self.built)])
         self.goal = goal

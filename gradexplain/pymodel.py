@@ -210,15 +210,22 @@ def load_inputs(path: Path) -> tuple[torch.Tensor, ...]:
     return tuple(items)
 
 
+def _forward_params(model: nn.Module) -> list[inspect.Parameter] | None:
+    """The parameters of the model's forward, or None when Python cannot say."""
+    try:
+        return list(inspect.signature(model.forward).parameters.values())
+    except (TypeError, ValueError):
+        return None
+
+
+def _positional(param: inspect.Parameter) -> bool:
+    return param.kind in (param.POSITIONAL_ONLY, param.POSITIONAL_OR_KEYWORD)
+
+
 def input_names(model: nn.Module, count: int) -> tuple[str, ...]:
     """The forward's own parameter names for its positional inputs (`x`, `images`), else
     `input.0`, `input.1`, ..."""
-    try:
-        params = list(inspect.signature(model.forward).parameters.values())
-    except (TypeError, ValueError):
-        params = []
-    named = [param.name for param in params
-             if param.kind in (param.POSITIONAL_ONLY, param.POSITIONAL_OR_KEYWORD)]
+    named = [param.name for param in _forward_params(model) or [] if _positional(param)]
     reserved = {"output", "loss"}
     if len(named) >= count and not reserved & set(named[:count]) and all(
             "." not in name for name in named[:count]):
@@ -228,14 +235,10 @@ def input_names(model: nn.Module, count: int) -> tuple[str, ...]:
 
 def required_inputs(model: nn.Module) -> int | None:
     """How many positional arguments the model's forward needs, or None if it takes *args."""
-    try:
-        params = list(inspect.signature(model.forward).parameters.values())
-    except (TypeError, ValueError):
+    params = _forward_params(model)
+    if params is None or any(param.kind is param.VAR_POSITIONAL for param in params):
         return None
-    if any(param.kind is param.VAR_POSITIONAL for param in params):
-        return None
-    return sum(1 for param in params if param.default is param.empty
-               and param.kind in (param.POSITIONAL_ONLY, param.POSITIONAL_OR_KEYWORD))
+    return sum(1 for param in params if param.default is param.empty and _positional(param))
 
 
 @dataclass(frozen=True)

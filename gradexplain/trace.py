@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from gradexplain.build import Builder, Built, build, make_tensor, observe
+from gradexplain.build import Built, build, make_tensor, observe
 from gradexplain.errors import ExpectationError, Location
 from gradexplain.spec.model import GradOutputs, ModelSpec
 from gradexplain.trace_data import (
@@ -51,23 +51,20 @@ from gradexplain.trace_data import (
 Node = Any  # torch.autograd.graph.Node: C++ node classes without a usable static type
 
 
-def trace_both(spec: ModelSpec, make: Builder | None = None) -> tuple[PassTrace, PassTrace]:
-    """The legacy pass and the full pass, each on its own fresh build of `spec` (made by
-    `make` when given: a Python model's builder)."""
-    fresh = make or (lambda: build(spec))
-    return trace(fresh(), "legacy"), trace(fresh(), "full")
+def trace_both(spec: ModelSpec) -> tuple[PassTrace, PassTrace]:
+    """The legacy pass and the full pass, each on its own fresh build of `spec`."""
+    return trace(build(spec), "legacy"), trace(build(spec), "full")
 
 
 def trace(built: Built, mode: Mode) -> PassTrace:
     """Run `built` forward and backward with every hook registered; return what they saw."""
-    recorder = _Recorder(built, mode)
     with ExitStack() as hooks, warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
+        recorder = _Recorder(built, mode, hooks)
         recorder.caught = caught
-        recorder.hooks = hooks
         recorder.register_module_hooks(hooks)
         recorder.register_leaf_hooks(hooks)
-        with observe(lambda name, value: recorder.named(name, value, hooks)):
+        with observe(recorder.named):
             recorder.run_forward()
         recorder.register_node_hooks(hooks)
         recorder.run_backward()
@@ -112,7 +109,7 @@ def tensor_value(tensor: torch.Tensor | None) -> TensorValue | None:
 class _Recorder:
     """The state of one pass while it runs: events so far, tensors met, nodes met."""
 
-    def __init__(self, built: Built, mode: Mode) -> None:
+    def __init__(self, built: Built, mode: Mode, hooks: ExitStack) -> None:
         self.built = built
         self.spec = built.spec
         self.mode = mode
@@ -139,7 +136,7 @@ class _Recorder:
         # these are BackwardHookFunction views of the tensors named inside the model.
         self.returned: dict[str, torch.Tensor] = {}
         self.auto_names = built.spec.python is not None
-        self.hooks = ExitStack()  # replaced by trace()'s own stack before anything registers
+        self.hooks = hooks  # every hook of the pass is entered here, so all are removed
 
     # --- tensors and nodes -----------------------------------------------------------------
 
@@ -155,7 +152,7 @@ class _Recorder:
         """The top-level name if the tensor has one, else the first module-qualified one."""
         return canonical_name(self.tensor_names[index]) or f"tensor#{index}"
 
-    def named(self, name: str, value: Any, hooks: ExitStack) -> None:
+    def named(self, name: str, value: Any) -> None:
         """A step (or argument, or leaf) gave `value` a name; hook it the first time we see it.
 
         A name belongs to the first tensor that gets it. When the same name comes again for
@@ -182,7 +179,7 @@ class _Recorder:
         self.tensor_names[index].append(name)
         self.name_owner[name] = index
         if first and value.requires_grad:
-            hooks.enter_context(value.register_hook(self.tensor_hook(index)))
+            self.hooks.enter_context(value.register_hook(self.tensor_hook(index)))
 
     def node_id(self, node: Node | None) -> str | None:
         if node is None:
@@ -232,7 +229,7 @@ class _Recorder:
 
     def register_leaf_hooks(self, hooks: ExitStack) -> None:
         for name, tensor in self.built.leaves().items():
-            self.named(name, tensor, hooks)
+            self.named(name, tensor)
             if tensor.requires_grad:
                 hooks.enter_context(
                     tensor.register_post_accumulate_grad_hook(self.post_accumulate_hook(name)))
@@ -273,7 +270,7 @@ class _Recorder:
         for number, value in enumerate(outputs):
             if isinstance(value, torch.Tensor) and value.grad_fn is not None:
                 suffix = "" if len(outputs) == 1 else f".{number}"
-                self.named(f"{path}:{op_name(value.grad_fn)}{suffix}", value, self.hooks)
+                self.named(f"{path}:{op_name(value.grad_fn)}{suffix}", value)
 
     def forward_hook(self, path: str) -> Any:
         def hook(module: nn.Module, inputs: tuple[Any, ...], output: Any) -> None:
