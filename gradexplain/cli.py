@@ -80,11 +80,18 @@ def validate(
     Prints one summary line per good spec; for a bad one, the file, line:column, key path and what
     was expected. Exit 0 when all are good, 2 when any is not.
     """
+    code = _validate_files(specs)
+    if code:
+        raise typer.Exit(code)
+
+
+def _validate_files(paths: list[Path]) -> int:
+    """Print a summary line per good spec and an error line per bad one; the exit code."""
     from gradexplain.render.summary import validate_line
     from gradexplain.spec import load_spec
 
     failed = False
-    for path in specs:
+    for path in paths:
         try:
             spec = load_spec(path)
         except GradexplainError as error:
@@ -94,8 +101,23 @@ def validate(
             failed = True
             continue
         typer.echo(validate_line(spec))
-    if failed:
-        raise typer.Exit(2)
+    return 2 if failed else 0
+
+
+def _plain_validate(argv: list[str]) -> list[Path] | None:
+    """The files of `validate FILE...` when that is the whole command line, else None.
+
+    typer coerces every argument it parses through pydantic, whose import alone costs about
+    as much as the whole start-up budget (1.5x `import typer, rich, yaml`). The common form of
+    the command that must start fastest is read here directly; anything else (an option, --help,
+    no file) goes through typer, which also owns every usage message.
+    """
+    if len(argv) < 2 or argv[0] != "validate":
+        return None
+    files = argv[1:]
+    if any(item.startswith("-") or not item for item in files):
+        return None
+    return [Path(item) for item in files]
 
 
 class Format(str, Enum):
@@ -523,10 +545,48 @@ def _echo_rich(renderable: RenderableType) -> None:
     typer.echo(plain_text(renderable))
 
 
+# What the shell sets when it asks for completions (typer's name: `_{PROG}_COMPLETE`).
+COMPLETION_VARIABLE = "_GRADEXPLAIN_COMPLETE"
+
+
+@contextmanager
+def _completion_without_coercion() -> Iterator[None]:
+    """While answering a shell's completion request, leave parameter values unconverted.
+
+    typer (0.2x) converts every value it parses through a pydantic adapter, and completion parses
+    the command line typed so far; importing pydantic would double the time a <TAB> takes. The
+    completions need only the words typed, not converted values (no completer here reads them),
+    so under click's resilient parsing, which completion uses, values pass through as they are.
+    Older typers have no such parameter class and need nothing.
+    """
+    import os
+
+    parameter = getattr(getattr(typer, "core", None), "_TyperParameter", None)
+    if COMPLETION_VARIABLE not in os.environ or parameter is None:
+        yield
+        return
+    convert = parameter.process_value
+
+    def process_value(self: object, ctx: typer.Context, value: object) -> object:
+        if ctx.resilient_parsing:
+            return value
+        return convert(self, ctx, value)
+
+    parameter.process_value = process_value
+    try:
+        yield
+    finally:
+        parameter.process_value = convert
+
+
 def main() -> None:
     """Entry point of the `gradexplain` console script and `python -m gradexplain`."""
     try:
-        app()
+        plain_validate = _plain_validate(sys.argv[1:])
+        if plain_validate is not None:
+            sys.exit(_validate_files(plain_validate))
+        with _completion_without_coercion():
+            app()
     except GradexplainError as error:
         if _state["traceback"]:
             raise

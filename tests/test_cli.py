@@ -3,6 +3,7 @@ it is not needed."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -13,20 +14,32 @@ from tests.conftest import REPO, SPECS, run_cli
 ALL_SPECS = sorted(SPECS.glob("*.yaml"))
 
 
-def torch_imported_by(*args: str) -> bool:
-    """Run the CLI in-process in a fresh interpreter and report whether torch got imported."""
+def imported_by(*args: str, env: dict[str, str] | None = None) -> set[str]:
+    """Run the CLI in-process in a fresh interpreter; the top-level packages it imported."""
     code = (
         "import sys\n"
         f"sys.argv = ['gradexplain', *{list(args)!r}]\n"
         "from gradexplain.cli import main\n"
         "try:\n    main()\nexcept SystemExit:\n    pass\n"
-        "print('TORCH=' + str('torch' in sys.modules), file=sys.stderr)\n"
+        "print('IMPORTED=' + ' '.join(sorted({name.split('.')[0] for name in sys.modules})),"
+        " file=sys.stderr)\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          cwd=REPO, timeout=120, check=False)
-    marker = [line for line in done.stderr.splitlines() if line.startswith("TORCH=")]
+                          cwd=REPO, env={**os.environ, **(env or {})}, timeout=120, check=False)
+    marker = [line for line in done.stderr.splitlines() if line.startswith("IMPORTED=")]
     assert marker, done.stderr
-    return marker[-1] == "TORCH=True"
+    return set(marker[-1].removeprefix("IMPORTED=").split())
+
+
+def torch_imported_by(*args: str, env: dict[str, str] | None = None) -> bool:
+    return "torch" in imported_by(*args, env=env)
+
+
+def complete(words: str, env: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment bash gives `gradexplain` to complete the last of `words` (its completion
+    script passes the words typed and the index of the one under the cursor)."""
+    return {**(env or {}), "_GRADEXPLAIN_COMPLETE": "complete_bash", "COMP_WORDS": words,
+            "COMP_CWORD": str(len(words.split(" ")) - 1)}
 
 
 def test_help_lists_commands_and_exit_codes() -> None:
@@ -68,6 +81,67 @@ def test_help_does_not_import_torch() -> None:
 @pytest.mark.parametrize("spec", ALL_SPECS, ids=[path.stem for path in ALL_SPECS])
 def test_validate_does_not_import_torch(spec: object) -> None:
     assert not torch_imported_by("validate", str(spec))
+
+
+@pytest.mark.parametrize("words", ["gradexplain wa", "gradexplain walk --fo",
+                                   "gradexplain walk specs/two_modules.yaml --format j",
+                                   "gradexplain validate specs/tw"])
+def test_shell_completion_does_not_import_torch(words: str) -> None:
+    assert not torch_imported_by(env=complete(words))
+
+
+# pydantic is what typer (0.2x) converts parameter values with; importing it costs about as much
+# as the whole start-up budget of these commands (bench/bench.py measures the times; a test here
+# only makes sure the slow import stays out of their path).
+@pytest.mark.parametrize(("args", "words"), [
+    (("--help",), None),
+    (("validate", "specs/two_modules.yaml", "specs/embedding.yaml"), None),
+    ((), "gradexplain walk --fo"),
+])
+def test_start_up_paths_do_not_import_pydantic(args: tuple[str, ...], words: str | None) -> None:
+    imported = imported_by(*args, env=complete(words) if words else None)
+    assert "typer" in imported
+    assert "pydantic" not in imported
+
+
+def test_the_probe_can_see_pydantic() -> None:
+    # The walk command goes through typer's conversion, so the probe can say pydantic, if typer
+    # uses it at all (older typers do not).
+    from importlib.util import find_spec
+
+    typer_converts_with_pydantic = find_spec("typer._adapters") is not None
+    imported = imported_by("walk", "--help")
+    assert ("pydantic" in imported) == typer_converts_with_pydantic
+
+
+@pytest.mark.parametrize(("words", "offered", "not_offered"), [
+    ("gradexplain wa", {"walk"}, set()),
+    ("gradexplain walk --fo", {"--format"}, set()),
+    ("gradexplain walk specs/two_modules.yaml --format j", {"json"}, set()),
+    ("gradexplain walk --pass b", {"both"}, set()),
+    # An eager option's callback must not run: the version string is not a completion.
+    ("gradexplain --version ", {"walk", "validate"}, {"gradexplain"}),
+])
+def test_shell_completion_offers(words: str, offered: set[str], not_offered: set[str]) -> None:
+    done = subprocess.run(["gradexplain"], capture_output=True, text=True, cwd=REPO,
+                          env={**os.environ, **complete(words)}, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    answers = {line.split()[0] for line in done.stdout.splitlines() if line.strip()}
+    assert offered <= answers, done.stdout
+    assert not answers & not_offered, done.stdout
+
+
+@pytest.mark.parametrize("files", [
+    ["specs/two_modules.yaml"],
+    ["specs/two_modules.yaml", "specs/does-not-exist.yaml", "specs/embedding.yaml"],
+    ["README.md"],
+])
+def test_quick_validate_matches_typer(files: list[str]) -> None:
+    # `validate FILE...` is read without typer to start fast; after `--`, typer reads it.
+    quick = run_cli("validate", *files)
+    through_typer = run_cli("validate", "--", *files)
+    assert quick == through_typer
+    assert quick.stdout or quick.stderr
 
 
 def test_the_probe_can_see_torch() -> None:
