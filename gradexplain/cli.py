@@ -455,14 +455,16 @@ def _session(spec: str | None, load: Path | None,
     if python_only:
         raise UsageError(f"{', '.join(python_only)}: only for a Python model (FILE.py:NAME); "
                          "a YAML spec declares its own inputs and backward")
-    from gradexplain.derive import capture
     from gradexplain.spec import load_spec_text, read_spec_text
 
     # One read: the session keeps exactly the text that was run.
     text = read_spec_text(Path(spec))
+    checked = load_spec_text(text, spec)
+    # Only a good spec pays for importing torch: a bad one is reported in a fraction of the time.
+    from gradexplain.derive import capture
+
     with _progress_bar() as progress:
-        return capture(load_spec_text(text, spec), spec, text, max_values=options.max_values,
-                       progress=progress)
+        return capture(checked, spec, text, max_values=options.max_values, progress=progress)
 
 
 @contextmanager
@@ -489,7 +491,7 @@ def _progress_bar() -> Iterator[Callable[[str], None] | None]:
 
 def _is_python(spec: str) -> bool:
     """FILE.py:NAME or package.module:NAME; a bare FILE.py is a mistake worth naming."""
-    from gradexplain.pymodel import is_python_target
+    from gradexplain.target import is_python_target
 
     if spec.endswith(".py"):
         raise UsageError(f"{spec} is Python: name the model in it, as {spec}:make_model (an "

@@ -16,7 +16,6 @@ import hashlib
 import importlib
 import importlib.util
 import inspect
-import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -38,13 +37,12 @@ from gradexplain.spec.model import (
     PythonModel,
     TensorInit,
 )
+from gradexplain.target import TARGET, is_python_target
 
 # Bounds on what --input may ask for: a typo like 4000x3000x3 should be an error, not a hang.
 MAX_INPUT_ELEMENTS = 10_000_000
 INT_HIGH = 10  # integer inputs (token ids) are drawn from 0..9; --inputs FILE.pt for real ones
 
-_TARGET = re.compile(r"^(?P<where>.+):(?P<attr>[A-Za-z_][\w.]*)$")
-_MODULE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 _DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32, "float64": torch.float64, "int64": torch.int64,
 }
@@ -52,15 +50,6 @@ _DTYPES: dict[str, torch.dtype] = {
 
 class ModelLoadError(BadInput):
     """A Python model that cannot be loaded, called or fed: one line saying what to fix."""
-
-
-def is_python_target(text: str) -> bool:
-    """Whether a command-line SPEC names Python (`file.py:name`, `pkg.mod:name`), not YAML."""
-    match = _TARGET.match(text)
-    if match is None:
-        return False
-    where = match.group("where")
-    return where.endswith(".py") or _MODULE.match(where) is not None
 
 
 @dataclass(frozen=True)
@@ -101,7 +90,7 @@ def parse_input(text: str) -> InputShape:
 
 def load_target(target: str) -> nn.Module:
     """The module `target` names: the attribute itself, or what calling it returns."""
-    match = _TARGET.match(target)
+    match = TARGET.match(target)
     if match is None or not is_python_target(target):
         raise ModelLoadError(f"{target!r}: expected FILE.py:NAME or package.module:NAME")
     where, attr = match.group("where"), match.group("attr")

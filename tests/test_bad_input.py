@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.conftest import run_cli
 
@@ -144,6 +145,11 @@ CASES = [
          "forward: ['y = x * reshape(x, 1, 3000)', 'z = reshape(y, 9000000, 1) * "
          "reshape(y, 1, 9000000)', 's = sum(z)']\nbackward: s\n",
          "3:z =", "forward[1]", ("'z' would have shape [9000000, 9000000]", "limit is 10,000,000")),
+    Case("all_tensors_too_large",
+         "inputs:\n  x: {randn: [3000, 3000], requires_grad: true}\n"
+         "forward: ['y = x * 2', 'z = y * 2', 's = sum(z)']\nbackward: s\n",
+         "3:z =", "forward[1]",
+         ("with 'z' ([3000, 3000])", "27,000,000 elements in all", "limit is 20,000,000")),
     Case("nothing_to_differentiate", GOOD_HEAD + "forward: ['y = x * 2']\n", "1:1", "",
          ("nothing to differentiate",)),
 ]
@@ -170,40 +176,122 @@ def test_bad_spec_is_one_clear_line(case: Case, write_spec: Callable[[str], Path
 
 # --- anything that would run code is refused, and nothing ran --------------------------------
 
+TOUCH = "__import__('pathlib').Path('{marker}').touch()"
+
+
+@dataclass(frozen=True)
+class Payload:
+    """A spec that would create the file {marker} if any part of it ran as Python: `yaml` is
+    the way in (a YAML tag that a full loader builds objects from, or a step that Python's eval
+    would run), and `live` is that unsafe way, used by the test to show the payload is real."""
+
+    id: str
+    template: str
+    where: str  # LINE:COL where the error points
+    says: str
+    live: str  # "yaml": yaml.unsafe_load creates the marker; "eval": eval(step) does
+
+
 CODE_PAYLOADS = [
-    ("python_tag", "inputs:\n  x: !!python/object/apply:os.system ['touch {marker}']\n"
-                   "forward: ['y = x * 2']\nbackward: y\n", "2:6", "!!python/object/apply"),
-    ("python_name_tag", "inputs:\n  x: !!python/name:os.system\nforward: ['y = x']\n"
-                        "backward: y\n", "2:6", "!!python/name"),
-    ("dunder_import", GOOD_HEAD + "forward: ['y = __import__(\"os\").system(\"touch {marker}\")']\n"
-                      "backward: y\n", "3:16", "'__import__' is refused"),
-    ("dunder_attribute", GOOD_HEAD + "forward: ['y = x.__class__']\nbackward: y\n", "3:16",
-     "'__class__' is refused"),
-    ("attribute_call", GOOD_HEAD + "forward: ['y = x.exp()']\nbackward: y\n", "3:16",
-     "attribute access '.exp'"),
-    ("builtin_call", GOOD_HEAD + "forward: ['y = open(\"{marker}\", \"w\")']\nbackward: y\n",
-     "3:21", "text literals are not in the step language"),
-    ("eval_call", GOOD_HEAD + "forward: ['y = eval(x)']\nbackward: y\n", "3:16",
-     "unknown function, layer or module 'eval'"),
-    ("lambda", GOOD_HEAD + "forward: ['y = (lambda: 1)()']\nbackward: y\n", "3:16",
-     "only a name can be called"),
+    Payload("python_object_apply",
+            "inputs:\n  x: !!python/object/apply:os.system ['touch {marker}']\n"
+            "forward: ['y = x * 2']\nbackward: y\n", "2:6", "!!python/object/apply", "yaml"),
+    Payload("python_object_apply_builtins_exec",
+            'name: !!python/object/apply:builtins.exec ["' + TOUCH + '"]\n'
+            + GOOD_HEAD + "forward: ['y = x * 2']\nbackward: y\n", "1:7",
+            "!!python/object/apply:builtins.exec", "yaml"),
+    Payload("python_object_apply_in_a_list",
+            GOOD_HEAD + "forward: ['y = x * 2', !!python/object/apply:subprocess.call "
+            "[[touch, '{marker}']]]\nbackward: y\n", "3:24", "!!python/object/apply", "yaml"),
+    Payload("python_object_new_as_a_key",
+            GOOD_HEAD + "? !!python/object/apply:os.system ['touch {marker}']\n: 1\n"
+            "forward: ['y = x * 2']\nbackward: y\n", "3:3", "!!python/object/apply", "yaml"),
+    Payload("dunder_import",
+            GOOD_HEAD + 'forward: ["y = ' + TOUCH + '"]\nbackward: y\n',
+            "3:16", "'__import__' is refused", "eval"),
+    Payload("dunder_chain",
+            GOOD_HEAD + "forward: ['y = (1).__class__.__base__.__subclasses__()']\nbackward: y\n",
+            "3:16", "'__subclasses__' is refused", "none"),
+    Payload("builtin_open",
+            GOOD_HEAD + "forward: ['y = open(\"{marker}\", \"w\")']\nbackward: y\n",
+            "3:21", "text literals are not in the step language", "eval"),
+    Payload("exec_call", GOOD_HEAD + "forward: ['y = exec(x)']\nbackward: y\n", "3:16",
+            "unknown function, layer or module 'exec'", "none"),
+    Payload("attribute_call", GOOD_HEAD + "forward: ['y = x.exp()']\nbackward: y\n", "3:16",
+            "attribute access '.exp'", "none"),
+    Payload("lambda", GOOD_HEAD + "forward: ['y = (lambda: 1)()']\nbackward: y\n", "3:16",
+            "only a name can be called", "none"),
+    Payload("walrus", GOOD_HEAD + "forward: ['y = (z := x)']\nbackward: y\n", "3:17",
+            "NamedExpr would run code and is refused", "none"),
+    Payload("comprehension", GOOD_HEAD + "forward: ['y = [i for i in x]']\nbackward: y\n",
+            "3:16", "comprehensions are not in the step language", "none"),
+    Payload("second_statement", GOOD_HEAD + "forward: ['y = x; import os']\nbackward: y\n",
+            "3:12", "a step is `name = expression`", "none"),
 ]
 
 
-@pytest.mark.parametrize(("name", "template", "where", "says"), CODE_PAYLOADS,
-                         ids=[item[0] for item in CODE_PAYLOADS])
+def run_unsafely(payload: Payload, text: str, marker: Path) -> None:
+    """What an unsafe tool would do with the spec: build its YAML tags, or eval its steps."""
+    if payload.live == "yaml":
+        yaml.unsafe_load(text)
+    elif payload.live == "eval":
+        for step in yaml.safe_load(text)["forward"]:
+            eval(step.split("=", 1)[1])  # the unsafe way, on purpose: the payload is live
+
+
+@pytest.mark.parametrize("payload", CODE_PAYLOADS, ids=[item.id for item in CODE_PAYLOADS])
 def test_code_is_refused_and_never_runs(
-    name: str, template: str, where: str, says: str, tmp_path: Path,
-    write_spec: Callable[[str], Path],
+    payload: Payload, tmp_path: Path, write_spec: Callable[[str], Path],
 ) -> None:
     marker = tmp_path / "pwned"
-    path = write_spec(template.replace("{marker}", str(marker)))
+    text = payload.template.replace("{marker}", str(marker))
+    path = write_spec(text)
+    for command in ("validate", "walk"):
+        result = run_cli(command, str(path))
+        assert result.code == 2, result
+        assert "Traceback" not in result.stderr
+        assert result.stderr.startswith(f"error: {path}:{payload.where}: "), result.stderr
+        assert payload.says in result.stderr
+        assert not marker.exists()
+    # The payload is real: run the unsafe way, it creates the file.
+    if payload.live != "none":
+        run_unsafely(payload, text, marker)
+        assert marker.exists()
+
+
+@pytest.mark.parametrize(("kind", "text", "where"), [
+    ("input", "inputs:\n  open: {value: 1.0, requires_grad: true}\n"
+              "forward: ['y = open * 2']\nbackward: y\n", "2:3"),
+    ("step", GOOD_HEAD + "forward: ['print = x * 2', 'y = print * 3']\nbackward: y\n", "3:12"),
+    ("module", GOOD_HEAD + "modules:\n  exec:\n    forward: {args: [a], steps: ['b = a * 2']}\n"
+               "forward: ['y = exec(x)']\nbackward: y\n", "4:3"),
+    ("argument", GOOD_HEAD + "modules:\n  m:\n    forward: {args: [input], steps: "
+                 "['b = input * 2']}\nforward: ['y = m(x)']\nbackward: y\n", "4:3"),
+    ("parameter", GOOD_HEAD + "params: {divmod: [1.0]}\nforward: ['y = x * divmod']\n"
+                  "backward: y\n", "3:10"),
+    ("layer", GOOD_HEAD + "layers:\n  getattr: Sigmoid\nforward: ['y = getattr(x)']\n"
+              "backward: y\n", "4:3"),
+])
+def test_names_shadowing_python_builtins_are_refused(
+    kind: str, text: str, where: str, write_spec: Callable[[str], Path],
+) -> None:
+    import builtins
+
+    path = write_spec(text)
     result = run_cli("validate", str(path))
     assert result.code == 2, result
-    assert "Traceback" not in result.stderr
-    assert result.stderr.startswith(f"error: {path}:{where}: "), result.stderr
-    assert says in result.stderr
-    assert not marker.exists()
+    assert result.stderr.startswith(f"error: {path}:{where}: refused at "), result.stderr
+    name = result.stderr.split("'")[1]
+    assert hasattr(builtins, name)  # the test's premise: the name is one of Python's
+    assert f"{kind} '{name}' would shadow the Python builtin" in result.stderr
+
+
+def test_a_spec_cannot_name_python_code(write_spec: Callable[[str], Path]) -> None:
+    # Python models run only when named on the command line; a spec has no key for one.
+    path = write_spec("python: os:system\n" + GOOD_HEAD + "forward: ['y = x']\nbackward: y\n")
+    result = run_cli("walk", str(path))
+    assert result.code == 2
+    assert f"error: {path}:1:1: schema error at python: unknown key 'python'" in result.stderr
 
 
 def test_binary_junk_is_not_a_spec(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -142,6 +143,15 @@ def test_quick_validate_matches_typer(files: list[str]) -> None:
     through_typer = run_cli("validate", "--", *files)
     assert quick == through_typer
     assert quick.stdout or quick.stderr
+
+
+def test_walk_of_a_bad_spec_fails_before_importing_torch(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("inputs:\n  x: {value: 1.0, requires_grad: true}\nforward: ['y = x * w']\n"
+                   "backward: y\n", encoding="utf-8")
+    for command in ("walk", "diff", "report"):
+        assert not torch_imported_by(command, str(bad))
+    assert torch_imported_by("walk", "specs/two_modules.yaml")
 
 
 def test_the_probe_can_see_torch() -> None:

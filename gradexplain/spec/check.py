@@ -31,7 +31,7 @@ from gradexplain.spec.expr import (
 )
 from gradexplain.spec.goals import check_goals
 from gradexplain.spec.model import LayerSpec, ModelSpec, ModuleSpec, Step, TensorInfo
-from gradexplain.spec.schema import MAX_ELEMENTS
+from gradexplain.spec.schema import MAX_ELEMENTS, MAX_TOTAL_ELEMENTS
 from gradexplain.spec.scope import (
     Entry,
     Scope,
@@ -63,6 +63,7 @@ class _Checker:
     def __init__(self, spec: ModelSpec) -> None:
         self.spec = spec
         self.tensors: dict[str, TensorInfo] = {}
+        self.total_elements = 0
         self.module_paths: set[str] = set()
         self.checked_calls: dict[tuple[str, tuple[ValueType, ...]], ValueType] = {}
         for module in spec.root.walk():
@@ -344,8 +345,17 @@ class _Checker:
                 f"is {MAX_ELEMENTS:,}",
                 where,
             )
-        self.tensors.setdefault(name, TensorInfo(name, value.shape, value.floating,
-                                                 value.requires_grad))
+        if name in self.tensors:
+            return
+        self.total_elements += count
+        if self.total_elements > MAX_TOTAL_ELEMENTS:
+            raise SpecLimitError(
+                f"with {name!r} ({show(value.shape)}), the spec's tensors hold "
+                f"{self.total_elements:,} elements in all; the limit is {MAX_TOTAL_ELEMENTS:,} "
+                "(hooks are explained on tiny models: make the tensors smaller)",
+                where,
+            )
+        self.tensors[name] = TensorInfo(name, value.shape, value.floating, value.requires_grad)
 
     def record_layer_weights(self, module: ModuleSpec, layer: LayerSpec) -> None:
         rule = LAYERS[layer.kind]

@@ -9,7 +9,7 @@ from __future__ import annotations
 from gradexplain.errors import Location, SpecNameError, SpecSchemaError, SpecShapeError
 from gradexplain.spec import shapes
 from gradexplain.spec.model import ModelSpec, TensorInfo, TensorInit
-from gradexplain.spec.scope import suggest
+from gradexplain.spec.scope import check_not_builtin, suggest
 from gradexplain.spec.shapes import show
 
 Tensors = dict[str, TensorInfo]
@@ -91,6 +91,7 @@ def _check_hooks(spec: ModelSpec, tensors: Tensors, module_paths: set[str]) -> N
                 item.where,
             )
     for capture in spec.captures:
+        check_not_builtin(capture.name, "capture", capture.where)
         if capture.module not in module_paths:
             raise SpecNameError(
                 f"the capture {capture.name!r} names {capture.module!r}, which is not a "

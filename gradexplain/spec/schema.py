@@ -34,6 +34,10 @@ from gradexplain.spec.shapes import ShapeProblem
 from gradexplain.spec.yamlio import Document
 
 MAX_ELEMENTS = 10_000_000
+# All the tensors the forward makes, together: each one a hook sees is copied and checked, so the
+# time and memory of a walk grow with this sum (a forward of three [3000, 3000] steps, 27 million
+# elements, took 16 s and 0.8 GB; 2,000 such steps would never finish).
+MAX_TOTAL_ELEMENTS = 20_000_000
 MAX_STEPS = 2_000
 MAX_TIMES = 100
 MAX_SIZE = 1_000_000  # one dimension, or one layer size argument

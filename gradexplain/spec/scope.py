@@ -1,16 +1,18 @@
 """A module's scope while it is checked: what each name stands for, and the rules names obey.
 
-Names are defined once, before use, and never take a step-language function's name or one of
-nn.Module's own attributes. When a step reads a name that is not there, the message says which
-of three things happened: a typo (with a suggestion), a step out of order, or steps in a cycle.
+Names are defined once, before use, and never take a step-language function's name, one of
+nn.Module's own attributes, or a Python builtin's. When a step reads a name that is not there,
+the message says which of three things happened: a typo (with a suggestion), a step out of
+order, or steps in a cycle.
 """
 
 from __future__ import annotations
 
+import builtins
 import difflib
 from dataclasses import dataclass
 
-from gradexplain.errors import Location, SpecNameError
+from gradexplain.errors import Location, SpecNameError, SpecSafetyError
 from gradexplain.spec.catalogue import FUNCTIONS, MODULE_ATTRIBUTES, RESERVED_NAMES
 from gradexplain.spec.expr import BinOp, Call, Expr, Index, Name, Neg, Transpose, names_used
 from gradexplain.spec.model import LayerSpec, ModuleSpec, Step
@@ -31,6 +33,23 @@ class Entry:
 Scope = dict[str, Entry]
 
 
+# Python's builtins (open, eval, print, input, ...): no spec may define a name that shadows one.
+# Nothing in gradexplain ever looks a spec's name up in Python, so such a name could do no harm
+# today; refusing it keeps a spec from reading as if it used Python's `open`, and keeps specs
+# safe should a later stage ever hand names to Python.
+PYTHON_BUILTINS = frozenset(name for name in dir(builtins) if not name.startswith("_"))
+
+
+def check_not_builtin(name: str, kind: str, where: Location) -> None:
+    """Refuse a defined name (of an input, step, layer, capture...) that is a Python builtin."""
+    if name in PYTHON_BUILTINS:
+        raise SpecSafetyError(
+            f"{kind} {name!r} would shadow the Python builtin of that name; specs never reach "
+            "Python's names, so choose another name",
+            where,
+        )
+
+
 def define(scope: Scope, name: str, entry: Entry) -> None:
     """Add a name to a module's scope, refusing reserved names and names defined twice."""
     if name in RESERVED_NAMES:
@@ -45,6 +64,7 @@ def define(scope: Scope, name: str, entry: Entry) -> None:
             f"{entry.kind}; choose another name",
             entry.where,
         )
+    check_not_builtin(name, entry.kind, entry.where)
     if name in scope:
         first = scope[name]
         raise SpecNameError(

@@ -193,6 +193,7 @@ class _Walker:
     def _mapping(self, node: yaml.MappingNode, path: KeyPath, depth: int) -> dict[str, object]:
         result: dict[str, object] = {}
         for key_node, value_node in node.value:
+            self._check_tag(key_node, path)  # a key can carry a tag too: refuse it as such
             if not isinstance(key_node, yaml.ScalarNode) or key_node.tag not in _SCALAR_TAGS:
                 raise SpecSchemaError(
                     "keys must be plain names, not lists or mappings", self._here(key_node, path)
