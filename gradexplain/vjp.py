@@ -6,9 +6,10 @@ This module owns the torch side of gradexplain/vjp_data.py. For every backward c
 it runs the call on a fresh build and keeps torch's vᵀJ, then computes the Jacobian J
 independently, with torch.func.jacrev on another fresh build where the differentiated tensor is
 an input or a parameter, and checks the identities a reader is told: vᵀJ = Σᵢ vᵢ·J[i]; for an
-output (batch, m) and an input (batch, n), the per-sample Jacobians from vmap(jacrev), the zero
-cross-sample blocks, a seed of ones as the sum of the m one-hot columns, and a one-hot seed as
-one row of every sample's block. It never prints.
+output (batch, m) and an input (batch, n) whose samples do not interact (J's cross-sample blocks
+are zero, else the lesson says so and shows no blocks), the per-sample Jacobians from
+vmap(jacrev) taken in the full batch, a seed of ones as the sum of the m one-hot columns, and a
+one-hot seed as one row of every sample's block. It never prints.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 import torch
 
 from gradexplain.build import Built, build, make_tensor, observe
+from gradexplain.errors import SpecRunError
 from gradexplain.spec.model import BackwardSpec, GradCall, GradOutputs, ModelSpec
 from gradexplain.trace import grad_outputs, tensor_value
 from gradexplain.trace_data import TensorValue
@@ -43,6 +45,17 @@ ROWS_LIMIT = 400
 # m up to COLUMNS_LIMIT: it is checked against one autograd.grad call per output column.
 PER_SAMPLE_LIMIT = 10_000
 COLUMNS_LIMIT = 16
+# The blocks are only a sample's own Jacobian if the samples do not interact, which is checked on
+# J: where J itself is over JACOBIAN_LIMIT, it is computed for that check up to this many elements.
+SAMPLES_JACOBIAN_LIMIT = 1_000_000
+# Both that J and the blocks run the whole batch once per vmapped row or sample: torch.func runs
+# them in chunks of at most this many batch rows, so that memory grows with the batch, not its
+# square.
+CHUNK_ROWS = 4096
+
+# What torch.func raises for a forward it cannot transform; a step that torch refuses inside it
+# comes as the spec's own SpecRunError.
+_TRANSFORM_FAILURES = (RuntimeError, NotImplementedError, SpecRunError)
 
 # Identities hold up to rounding: the two sides are computed in different orders (jacrev's
 # batched rows against autograd's single pass). Relative to the larger magnitude involved.
@@ -191,15 +204,15 @@ def _lesson(spec: ModelSpec, call: _Call, of: torch.Tensor, wrt_name: str, wrt: 
         summed = torch.autograd.grad(of.sum(), wrt, retain_graph=True)[0]
         identities.append(check_identity(
             f"v = ones: vᵀJ = the gradient of {call.of}.sum()", result, summed))
-    per_sample = None
-    if _per_sample_applies(spec, of, wrt, wrt_name):
-        per_sample, more = _per_sample(spec, call, of, wrt_name, wrt, seed, result, jacobian)
-        identities += more
+    per_sample, skipped, more = _per_sample(spec, call, of, wrt_name, wrt, seed, result,
+                                            jacobian)
+    identities += more
     return VjpLesson(
         kind=call.kind, call=call.number, of=call.of, of_shape=tuple(of.shape),
         wrt=wrt_name, wrt_shape=tuple(wrt.shape), seed=_value(seed), seed_kind=call.seed_kind,
         column=call.column, result=_value(result), jacobian=_optional_value(jacobian),
-        jacobian_method=method, rows=rows, per_sample=per_sample, identities=tuple(identities))
+        jacobian_method=method, rows=rows, per_sample=per_sample, identities=tuple(identities),
+        per_sample_skipped=skipped)
 
 
 def combine_rows(seed: torch.Tensor, jacobian: torch.Tensor) -> torch.Tensor:
@@ -208,11 +221,12 @@ def combine_rows(seed: torch.Tensor, jacobian: torch.Tensor) -> torch.Tensor:
     return combined
 
 
-def jacobian_of(spec: ModelSpec, of_name: str,
-                wrt_name: str) -> tuple[torch.Tensor, JacobianMethod] | None:
+def jacobian_of(spec: ModelSpec, of_name: str, wrt_name: str,
+                chunk_size: int | None = None) -> tuple[torch.Tensor, JacobianMethod] | None:
     """J = ∂of/∂wrt, shape of.shape + wrt.shape, on a fresh build: torch.func.jacrev of the
-    forward as a function of the input or parameter, else (an intermediate tensor, or an op
-    jacrev cannot transform) batched autograd.grad rows. None if neither works."""
+    forward as a function of the input or parameter (`chunk_size` rows of J at a time, all at
+    once if None), else (an intermediate tensor, or an op jacrev cannot transform) batched
+    autograd.grad rows. None if neither works."""
     built = build(spec)
     input_names = [item.name for item in spec.inputs]
     parameters = dict(built.model.named_parameters())
@@ -226,8 +240,8 @@ def jacobian_of(spec: ModelSpec, of_name: str,
         method = "functional_call"
     if function is not None:
         try:
-            return torch.func.jacrev(function)(start).detach(), method
-        except (RuntimeError, NotImplementedError):
+            return torch.func.jacrev(function, chunk_size=chunk_size)(start).detach(), method
+        except _TRANSFORM_FAILURES:
             pass  # e.g. an op without a vmap rule: fall back to the autograd graph
     forward = _forward(built, built.inputs)
     of = _named(spec, forward, of_name)
@@ -278,52 +292,59 @@ def _row_terms(seed: torch.Tensor, jacobian: torch.Tensor) -> tuple[RowTerm, ...
 # --- per-sample Jacobians for an output (batch, m) -----------------------------------------------
 
 
-def _per_sample_applies(spec: ModelSpec, of: torch.Tensor, wrt: torch.Tensor,
-                        wrt_name: str) -> bool:
-    """An output (batch, m), an input (batch, n) with the same batch, both small enough, and no
-    other input with that batch size (a one-sample run would pair it with every other sample)."""
-    if of.dim() != 2 or wrt.dim() != 2 or of.shape[0] != wrt.shape[0]:
-        return False
-    batch, outputs = of.shape
-    if outputs > COLUMNS_LIMIT or batch * outputs * wrt.shape[1] > PER_SAMPLE_LIMIT:
-        return False
-    if wrt_name not in {item.name for item in spec.inputs}:
-        return False
-    return not any(item.name != wrt_name and item.init.shape[:1] == (batch,)
-                   for item in spec.inputs)
-
-
 def _per_sample(spec: ModelSpec, call: _Call, of: torch.Tensor, wrt_name: str,
                 wrt: torch.Tensor, seed: torch.Tensor, result: torch.Tensor,
-                jacobian: torch.Tensor | None) -> tuple[PerSample | None, list[Identity]]:
-    built = build(spec)
-    position = [item.name for item in spec.inputs].index(wrt_name)
-    whole, start = _of_input(built, call.of, position)
+                jacobian: torch.Tensor | None
+                ) -> tuple[PerSample | None, str | None, list[Identity]]:
+    """The per-sample blocks of an output (batch, m) with respect to an input (batch, n), and
+    the identities they satisfy; or None and why not (no reason when the shapes are no batch).
 
-    def one_sample(sample: torch.Tensor) -> torch.Tensor:
-        return whole(sample.unsqueeze(0))[0]
-
-    try:
-        blocks = torch.func.vmap(torch.func.jacrev(one_sample))(start).detach()
-    except (RuntimeError, NotImplementedError):
-        return None, []
-    outputs = of.shape[1]
+    A block J_b = ∂of[b]/∂wrt[b] is only a sample's own Jacobian when the samples do not
+    interact: that is checked on J first, never assumed (a mean or softmax over the batch, or a
+    transpose, mixes them). The blocks are then taken in the full batch, not by running one
+    sample as a batch of one: a step may treat a batch of one differently (squeeze drops its
+    batch dimension, a reshape to a fixed shape refuses it), and the lesson is about this run.
+    """
+    if not _is_batch(spec, of, wrt, wrt_name):
+        return None, None, []
+    batch, outputs = of.shape
+    features = wrt.shape[1]
+    if outputs > COLUMNS_LIMIT:
+        return None, (f"per-sample Jacobians are not computed: {call.of} has {outputs} outputs "
+                      f"per sample, more than {COLUMNS_LIMIT}"), []
+    if batch * outputs * features > PER_SAMPLE_LIMIT:
+        return None, (f"per-sample Jacobians are not computed: {batch} blocks of "
+                      f"{outputs}×{features} are more than {PER_SAMPLE_LIMIT} numbers"), []
+    whole = jacobian
+    if whole is None and batch * batch * outputs * features <= SAMPLES_JACOBIAN_LIMIT:
+        found = jacobian_of(spec, call.of, wrt_name, chunk_size=max(1, CHUNK_ROWS // batch))
+        whole = None if found is None else found[0]
+    if whole is None:
+        return None, (f"per-sample Jacobians are not computed: J is too large here to check "
+                      f"that the samples of {call.of} do not interact"), []
+    # J has shape (batch, m, batch, n); block (b, c) is ∂of[b]/∂wrt[c].
+    by_blocks = whole.permute(0, 2, 1, 3)
+    apart = ~torch.eye(batch, dtype=torch.bool)
+    separate = check_identity(
+        f"cross-sample blocks of J are zero: ∂{call.of}[b]/∂{wrt_name}[c] = 0 for b ≠ c",
+        by_blocks[apart], torch.zeros_like(by_blocks[apart]))
+    if not separate.verified:
+        return None, (f"no per-sample Jacobians: the samples interact, ∂{call.of}[b]/"
+                      f"∂{wrt_name}[c] ≠ 0 for some b ≠ c (see J), so {call.of}[b] depends on "
+                      f"more than {wrt_name}[b]"), []
+    blocks = _sample_blocks(spec, call.of, wrt_name)
+    if blocks is None:
+        return None, ("per-sample Jacobians are not computed: torch.func.vmap of "
+                      "torch.func.jacrev cannot transform this forward"), []
     columns = [torch.autograd.grad(of, wrt, grad_outputs(GradOutputs("one_hot", column=j), of),
                                    retain_graph=True)[0] for j in range(outputs)]
     stacked = torch.stack(columns, dim=1)
     identities = [check_identity(
-        f"row j of each sample's {outputs}×{wrt.shape[1]} block (vmap of jacrev) = the VJP of "
-        f"one-hot column j, for j = 0…{outputs - 1}", blocks, stacked)]
-    if jacobian is not None:
-        # J has shape (batch, m, batch, n); block (b, c) is ∂of[b]/∂wrt[c].
-        by_blocks = jacobian.permute(0, 2, 1, 3)
-        apart = ~torch.eye(of.shape[0], dtype=torch.bool)
-        identities.append(check_identity(
-            f"cross-sample blocks of J are zero: ∂{call.of}[b]/∂{wrt_name}[c] = 0 for b ≠ c",
-            by_blocks[apart], torch.zeros_like(by_blocks[apart])))
-        identities.append(check_identity(
-            "the diagonal blocks of J are the per-sample Jacobians",
-            by_blocks.diagonal(dim1=0, dim2=1).permute(2, 0, 1), blocks))
+        f"row j of each sample's {outputs}×{features} block (vmap of jacrev) = the VJP of "
+        f"one-hot column j, for j = 0…{outputs - 1}", blocks, stacked), separate]
+    identities.append(check_identity(
+        "the diagonal blocks of J are the per-sample Jacobians",
+        by_blocks.diagonal(dim1=0, dim2=1).permute(2, 0, 1), blocks))
     if call.seed_kind == "ones":
         identities.append(check_identity(
             f"v = ones: vᵀJ = Σ of the {outputs} one-hot columns' VJPs", result,
@@ -337,7 +358,39 @@ def _per_sample(spec: ModelSpec, call: _Call, of: torch.Tensor, wrt_name: str,
             "vᵀJ = v[b]ᵀ·J_b for every sample b", result,
             torch.einsum("bm,bmn->bn", seed.to(blocks.dtype), blocks)))
     sample = PerSample(_value(blocks), tuple(_value(column) for column in columns))
-    return sample, identities
+    return sample, None, identities
+
+
+def _is_batch(spec: ModelSpec, of: torch.Tensor, wrt: torch.Tensor, wrt_name: str) -> bool:
+    """An output (batch, m) and an input of the spec (batch, n), with the same batch."""
+    return (of.dim() == 2 and wrt.dim() == 2 and of.shape[0] == wrt.shape[0]
+            and wrt_name in {item.name for item in spec.inputs})
+
+
+def _sample_blocks(spec: ModelSpec, of_name: str, wrt_name: str) -> torch.Tensor | None:
+    """(batch, m, n): for every sample b, torch.func.jacrev of `of[b]` as a function of
+    `wrt[b]` alone, every other sample (and every other input) kept as it is, vmapped over b.
+
+    The model always sees the full batch, with the shapes of the real run; None if torch.func
+    cannot transform the forward."""
+    built = build(spec)
+    position = [item.name for item in spec.inputs].index(wrt_name)
+    whole, start = _of_input(built, of_name, position)
+
+    def own_row(sample: torch.Tensor, here: torch.Tensor) -> torch.Tensor:
+        # `here` is one row of the identity: True at this sample's position in the batch.
+        rows = here.unsqueeze(1)
+        output = whole(torch.where(rows, sample.unsqueeze(0), start))
+        return torch.where(rows, output, torch.zeros_like(output)).sum(0)
+
+    batch = start.shape[0]
+    here = torch.eye(batch, dtype=torch.bool)
+    try:
+        blocks: torch.Tensor = torch.func.vmap(torch.func.jacrev(own_row),
+                                               chunk_size=max(1, CHUNK_ROWS // batch))(start, here)
+    except _TRANSFORM_FAILURES:
+        return None
+    return blocks.detach()
 
 
 def _value(tensor: torch.Tensor) -> TensorValue:

@@ -47,8 +47,12 @@ class PerSample:
     """For an output (batch, m) and a wrt (batch, n): each sample's own m×n Jacobian block.
 
     `jacobian` has shape (batch, m, n), from torch.func.vmap(torch.func.jacrev(...)) over the
-    samples. `columns` are the m one-hot-column VJPs (grad_outputs with a 1 in column j of every
-    row), each of shape (batch, n): column j's result is row j of every sample's block.
+    samples, each sample's block taken in the full batch (that sample's row replaced, the others
+    kept): never from a run on a batch of one, which a step such as squeeze or a fixed reshape
+    can treat differently. Only made when the samples do not interact (J's cross-sample blocks
+    are zero), so that each sample has a Jacobian of its own. `columns` are the m one-hot-column
+    VJPs (grad_outputs with a 1 in column j of every row), each of shape (batch, n): column j's
+    result is row j of every sample's block.
     """
 
     jacobian: TensorValue
@@ -62,6 +66,9 @@ class VjpLesson:
     `call` indexes spec.backwards (kind "backward") or spec.grads (kind "grad"). `column` is the
     one-hot column for seed_kind "one_hot", else None. `jacobian` (shape of_shape + wrt_shape)
     is None when it is too large to compute; `rows` is () when there are too many to list.
+    `per_sample_skipped` says why `per_sample` is None for an output (batch, m) and an input
+    (batch, n), where a reader would expect per-sample blocks (e.g. the samples interact); it
+    is None when there are blocks, or when the shapes are not a batch at all.
     """
 
     kind: CallKind
@@ -79,6 +86,7 @@ class VjpLesson:
     rows: tuple[RowTerm, ...]
     per_sample: PerSample | None
     identities: tuple[Identity, ...]
+    per_sample_skipped: str | None = None
 
     @property
     def verified(self) -> bool:

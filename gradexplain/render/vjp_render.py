@@ -3,7 +3,8 @@
 Both say the same things in the same order: the call and its seed v; what it computes (vᵀJ,
 one number per element of the tensor differentiated with respect to, not the Jacobian J); J
 where it is small; vᵀJ written as Σᵢ vᵢ·J[i]; for an output (batch, m) the per-sample blocks
-and, for a seed of ones, the article's sum of the one-hot columns; then every identity checked.
+and, for a seed of ones, the article's sum of the one-hot columns, or why there are no blocks
+(e.g. the samples interact); then every identity checked.
 Renderers return values and never print; numbers go through fmt. No torch here.
 """
 
@@ -253,6 +254,8 @@ def _lesson_text(lesson: VjpLesson) -> RenderableType:
         summed = column_sum_text(lesson)
         if summed is not None:
             line(summed)
+    elif lesson.per_sample_skipped is not None:
+        line(lesson.per_sample_skipped, "dim")
     for identity in lesson.identities:
         lines.append(Padding(_identity_line(identity), (0, 0, 0, 2)))
     lines.append(Text(""))
@@ -317,6 +320,8 @@ def _lesson_markdown(lesson: VjpLesson, level: int) -> str:
         if summed is not None:
             value, _, words = summed.partition(": ")
             parts.append(f"{code(value)}: {escape(words)}.")
+    elif lesson.per_sample_skipped is not None:
+        parts.append(escape(lesson.per_sample_skipped, block=True) + ".")
     parts.append(table(["", "identity", "max abs error"],
                        [[_mark(identity), escape(identity.text), code(fmt(identity.max_abs_err))]
                         for identity in lesson.identities], [None, "left", "right"]))
