@@ -55,7 +55,8 @@ class CaptureLesson:
     """One `captures:` item run as the article does, and checked against a hook-free run.
 
     `output_names` are the module-qualified names the steps calling the module give its output
-    (what the stored entries are checked against, e.g. `net.c1`); `calls_per_forward` is how
+    (what the stored entries are checked against, e.g. `net.c1`; `net.c1:conv1` where the call
+    sits inside a larger expression, as in `c1 = sigmoid(conv1(x))`); `calls_per_forward` is how
     often the hook-free forward calls the module; `output_shape` the shape of its (first) output,
     None where the forward never calls it. `remove_after` is the spec's: `handle.remove()` after
     that many forward calls (0: before the first), None: never by the user. `verified` holds when

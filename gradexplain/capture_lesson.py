@@ -5,9 +5,10 @@ hook on the module that appends its output to a list, exactly as the article's `
 its global `save_feat`; run the forward; and, where the spec says `remove_after: N`, call
 `handle.remove()` after the N-th forward and run one forward more, to show that the hook no longer
 fires and the list stops growing. Every stored entry is then checked against an independent
-computation: the value the step calling the module produces in a hook-free run of another build
-(`net.c1` for `c1 = conv1(x)`). A module called several times per forward makes the hook fire
-once per call, and each call's entry is checked against that call's value.
+computation: what the module's call returns in a hook-free run of another build, whether a step
+names that value (`net.c1` for `c1 = conv1(x)`) or passes it straight on (`conv1(x)` in
+`c1 = sigmoid(conv1(x))`, shown as `net.c1:conv1`). A module called several times per forward
+makes the hook fire once per call, and each call's entry is checked against that call's value.
 
 `capture_lessons(spec)` is the entry point; it returns plain data (`capture_data.py`).
 """
@@ -22,9 +23,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from gradexplain.build import build, observe
+from gradexplain.build import build
 from gradexplain.capture_data import CaptureLesson, ForwardCall, StoredEntry
-from gradexplain.session import forward_steps
+from gradexplain.spec.expr import BinOp, Call, Expr, Index, Neg, Transpose
 from gradexplain.spec.model import Capture, ModelSpec
 from gradexplain.trace import tensor_value
 from gradexplain.trace_data import TensorValue
@@ -44,8 +45,8 @@ def capture_lessons(spec: ModelSpec) -> tuple[CaptureLesson, ...]:
 
 def capture_lesson(spec: ModelSpec, capture: Capture) -> CaptureLesson:
     """One capture: hook, forward(s), `handle.remove()`, and the checks."""
-    groups = output_groups(spec, capture.module)
-    expected = hook_free_outputs(spec, capture.module, groups)
+    names = output_names(spec, capture.module)
+    expected = hook_free_outputs(spec, capture.module)
     forward_count = 1 if capture.remove_after is None else capture.remove_after + 1
     saved, forwards = _run_hooked(spec, capture, forward_count)
 
@@ -76,7 +77,7 @@ def capture_lesson(spec: ModelSpec, capture: Capture) -> CaptureLesson:
     return CaptureLesson(
         name=capture.name,
         module=capture.module,
-        output_names=tuple(name for group in groups for name in group),
+        output_names=names,
         calls_per_forward=len(expected),
         output_shape=tuple(expected[0][0].shape) if expected and expected[0] else None,
         remove_after=capture.remove_after,
@@ -87,42 +88,81 @@ def capture_lesson(spec: ModelSpec, capture: Capture) -> CaptureLesson:
     )
 
 
-def output_groups(spec: ModelSpec, module: str) -> tuple[tuple[str, ...], ...]:
-    """The targets of every forward step that calls `module` (`(("net.c1",),)` for net.conv1).
+def output_names(spec: ModelSpec, module: str) -> tuple[str, ...]:
+    """What the forward calls the module's output, call site by call site, in the order the
+    modules are declared: the targets of a step that is the call (`net.c1` for
+    `c1 = conv1(x)`), `<step's first target>:<callee>` for a call inside a larger expression
+    (`net.c1:conv1` for `c1 = sigmoid(conv1(x))`). Names only: the values are read in
+    `hook_free_outputs`.
 
     The top-level model ("") is called by no step: its output is what the model returns.
     """
     if module == "":
-        return (tuple(spec.root.qualify(name) for name in spec.root.returns),)
-    return tuple(step.targets for step in forward_steps(spec) if step.calls == module)
+        return tuple(spec.root.qualify(name) for name in spec.root.returns)
+    names: list[str] = []
+    for owner in spec.root.walk()[1:] + [spec.root]:
+        callables = {layer.name for layer in owner.layers} | {child.name for child in owner.modules}
+        for step in owner.steps:
+            expr = step.assignment.expr
+            for call in _calls(expr):
+                if call.func not in callables or owner.qualify(call.func) != module:
+                    continue
+                if call is expr:
+                    names += [owner.qualify(target) for target in step.targets]
+                else:
+                    names.append(f"{owner.qualify(step.targets[0])}:{call.func}")
+    return tuple(dict.fromkeys(names))
 
 
-def hook_free_outputs(spec: ModelSpec, module: str,
-                      groups: Sequence[tuple[str, ...]]) -> list[Outputs]:
+def hook_free_outputs(spec: ModelSpec, module: str) -> list[Outputs]:
     """The module's output at each of its calls in one forward of a fresh build, no hook on it.
 
-    Read from the named values the forward reports (`observe`), not from a hook, so the check
-    does not depend on the mechanism it checks. Every report is kept, not only a name's first
-    as in `run_forward`: a parent called twice reports `net.c1` twice, once per call.
+    Not read from a hook, so the check does not depend on the mechanism it checks, and not from
+    the named values the forward reports either: a call inside a larger expression
+    (`sigmoid(conv1(x))`) has no name. In this build a stand-in module takes the module's place
+    in its parent, calls it and keeps a copy of what each call returns, in call order (a parent
+    called twice calls it twice).
     """
     built = build(spec)
     if module == "":
         output = built.model(*built.inputs)
         return [_tensors(output)]
-    first = {group[0]: len(group) for group in groups if group}
-    rest = {name for group in groups for name in group[1:]}
-    calls: list[list[torch.Tensor]] = []
+    parent_path, _, child = module.rpartition(".")
+    parent: nn.Module = dict(built.model.named_modules())[parent_path]
+    recorder = _Recorder(getattr(parent, child))
+    setattr(parent, child, recorder)
+    built.model(*built.inputs)
+    return recorder.calls
 
-    def record(name: str, value: Any) -> None:
-        # A step's targets are reported one after another, the first one opening the call.
-        if name in first:
-            calls.append([])
-        if name in first or name in rest:
-            calls[-1] += _tensors(value)
 
-    with observe(record):
-        built.model(*built.inputs)
-    return [tuple(call) for call in calls]
+class _Recorder(nn.Module):
+    """Stands in for a module: calls it and keeps a detached copy of each call's output (a
+    later in-place op must not change what was kept, as the hooked run keeps copies too)."""
+
+    def __init__(self, inner: nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+        self.calls: list[Outputs] = []
+
+    def forward(self, *args: Any) -> Any:
+        output = self.inner(*args)
+        self.calls.append(tuple(tensor.detach().clone() for tensor in _tensors(output)))
+        return output
+
+
+def _calls(expr: Expr) -> list[Call]:
+    """Every call in an expression, arguments before the call that takes them (the order
+    they run in: `lin(lin(x))` calls the inner `lin` first)."""
+    if isinstance(expr, Call):
+        found: list[Call] = []
+        for arg in (*expr.args, *(value for _, value in expr.kwargs)):
+            found += _calls(arg)
+        return [*found, expr]
+    if isinstance(expr, BinOp):
+        return _calls(expr.left) + _calls(expr.right)
+    if isinstance(expr, Neg | Transpose | Index):
+        return _calls(expr.operand)
+    return []
 
 
 def check_entry(stored: Sequence[torch.Tensor], expected: Sequence[torch.Tensor]
@@ -200,4 +240,4 @@ def _value(tensor: torch.Tensor) -> TensorValue:
 
 
 __all__ = ["ABSOLUTE_TOLERANCE", "RELATIVE_TOLERANCE", "capture_lesson", "capture_lessons",
-           "check_entry", "hook_free_outputs", "output_groups"]
+           "check_entry", "hook_free_outputs", "output_names"]

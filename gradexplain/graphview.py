@@ -8,6 +8,11 @@ the sum over all its edges; a hook that sees fewer edges sees only part of it.
 
 The same breadth-first order over real nodes is computed here from recorded data and in
 `replay` from live torch nodes, which is how the hook-free check run finds the same node.
+
+A full hook's wrapper has more edges than the real graph: its backward fills in zeros for every
+output that got no gradient (a module argument forward never uses), so torch also runs nodes the
+output does not depend on, which the hook-free graph does not have. They are numbered after the
+real order (`zero_only`): looked up in the check run they find nothing, which is the truth.
 """
 
 from __future__ import annotations
@@ -75,6 +80,10 @@ class GraphView:
             [(pos[0], pos[1]) if pos else (None, 0) for pos in roots], self._edges,
             self.is_identity)
         self.rank: dict[str, int] = {node: index for index, node in enumerate(self.order)}
+        self.zero_only: list[str] = [
+            node for node in self.engine_order(roots) if node not in self.rank]
+        self.rank.update({node: len(self.order) + index
+                          for index, node in enumerate(self.zero_only)})
         self.raw_consumers: dict[Position, list[Edge]] = {}
         for node in self.trace.graph:
             for number, (child, output) in enumerate(node.next):
@@ -94,6 +103,27 @@ class GraphView:
 
     def _edges(self, node_id: str) -> Sequence[tuple[str | None, int]]:
         return self.nodes[node_id].next
+
+    def engine_order(self, roots: Sequence[Position | None]) -> list[str]:
+        """The real nodes torch may run from `roots`, breadth first, following every edge of
+        a wrapper too (not only the one a position resolves through)."""
+        queue = deque(position[0] for position in roots if position is not None)
+        seen: set[str] = set()
+        order: list[str] = []
+        while queue:
+            node = queue.popleft()
+            if node in seen:
+                continue
+            seen.add(node)
+            if not self.is_identity(node):
+                order.append(node)
+            queue.extend(child for child, _ in self.nodes[node].next if child is not None)
+        return order
+
+    def in_real_graph(self, node_id: str) -> bool:
+        """Whether a real edge from a run's output reaches the node: the hook-free run has it.
+        False for an identity wrapper and for a node only a wrapper's zeros reach."""
+        return self.rank.get(node_id, len(self.order)) < len(self.order)
 
     def is_identity(self, node_id: str) -> bool:
         return self.nodes[node_id].name == IDENTITY

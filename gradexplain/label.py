@@ -9,6 +9,9 @@ this finds the graph position it belongs to and the edges its value is the sum o
 - tensor hooks see the whole gradient of their tensor, Node hooks their node's edges and outputs.
 An unnamed position is described through the views that lead to a named tensor (a transposed
 weight, a reshaped layer output); a value that is only some of a tensor's edges says so.
+A gradient no real edge carries is zeros, labelled as such: a full hook's wrapper hands zeros to
+an input the module never uses, and the engine passes them on to nodes (and leaves) the output
+does not depend on, which the hook-free graph does not even contain.
 The result is a claim (`Meaning`) and how to compute it independently (`Site`); `verify` checks.
 """
 
@@ -122,6 +125,21 @@ class _Labeller:
             run.index: self.view.reachable(self.view.resolve(self.view.raw_position(run.root)))
             for run in trace.runs
         }
+        self.seeded: dict[int, set[Position]] = {
+            run.index: self.seed_chain(self.view.raw_position(run.root)) for run in trace.runs
+        }
+
+    def seed_chain(self, raw: Position | None) -> set[Position]:
+        """The raw positions the seed gradient arrives at: the root and, when it is a full
+        hook's wrapper output, every wrapper output below it down to the real tensor."""
+        chain: set[Position] = set()
+        while raw is not None and raw not in chain:
+            chain.add(raw)
+            if not self.view.is_identity(raw[0]):
+                break
+            child, number = self.view.nodes[raw[0]].next[raw[1]]
+            raw = None if child is None else (child, number)
+        return chain
 
     # --- events -------------------------------------------------------------------------------
 
@@ -225,6 +243,11 @@ class _Labeller:
         """All the gradient arriving at a raw position (through wrappers, if it is one)."""
         if raw is None:
             return NO_LABEL
+        if (self.view.is_identity(raw[0]) and not self.view.uses(raw)
+                and raw not in self.seeded[run.index]):
+            # A wrapper output no op reads and the seed does not arrive at: the wrapper's
+            # backward fills in zeros for it.
+            return self.unused(run, raw)
         position = self.view.resolve(raw)
         if position is None:
             return NO_LABEL
@@ -240,6 +263,10 @@ class _Labeller:
         position = self.view.resolve(self.view.nodes[node].next[number])
         if position is None:
             return NO_LABEL
+        if not self.view.in_real_graph(node):
+            # A node the output does not depend on ran only on a wrapper's zeros: its every
+            # share is zero (a backward is linear in the gradient it is given).
+            return self.no_gradient(run, position)
         return self.describe(run, position, frozenset({(node, number)}))
 
     def accumulated(self, run: Run, leaf: str) -> Label:
@@ -256,33 +283,77 @@ class _Labeller:
             text, latex = f"{short_name(leaf)}.grad = {meaning.text}", meaning.latex
         return Label(Meaning(meaning.of, meaning.wrt, meaning.aliases, meaning.layout, text,
                              latex, meaning.partial),
-                     Site(run.index, label.site.position, label.site.edges, runs=tuple(runs)))
+                     Site(run.index, label.site.position, label.site.edges,
+                          zeros=label.site.zeros, runs=tuple(runs)))
 
     def wrapper_zeros(self, run: Run, node: str, rank: int) -> Label:
         """A full hook's input wrapper passes zeros for an input that does not require grad."""
+        found = self.wrapper_argument(node, rank)
+        return NO_LABEL if found is None else self.zeros(run, *found)
+
+    def wrapper_argument(self, node: str, rank: int) -> tuple[ModuleCall, int] | None:
+        """The call whose input wrapper `node` is, and which argument its `rank`-th output is."""
         for call in self.trace.calls:
             if self.wrapper_of(call.inputs) == node:
                 tensors = [index for index, item in enumerate(call.inputs) if item is not None]
                 if rank < len(tensors):
-                    return self.zeros(run, call, tensors[rank])
-        return NO_LABEL
+                    return call, tensors[rank]
+        return None
 
-    def zeros(self, run: Run, call: ModuleCall, index: int) -> Label:
-        """Zeros for the module's `index`-th argument, named as the caller knows it."""
-        names: list[str] = []
+    def unused(self, run: Run, raw: Position) -> Label:
+        """Zeros at a wrapper output nothing reads: for an input wrapper, an argument the
+        module never uses (its full hook's grad_input entry is zeros, not None); for an output
+        wrapper, an output this run's result does not depend on (torch passes None for it, or
+        a stale grad_output left by an earlier backward call, which then fails its check)."""
+        found = self.wrapper_argument(*raw)
+        position = self.view.resolve(raw)
+        if found is not None:
+            return self.zeros(run, *found, unused=True, position=position)
+        if position is None:
+            return NO_LABEL
+        names = self.view.names.get(position, [])
+        wrt = _canonical(names) if names else self.synthetic(position)
+        return self.zero_label(run, wrt, names,
+                               f"{run.of} does not depend on {short_name(wrt)}")
+
+    def no_gradient(self, run: Run, position: Position) -> Label:
+        """Zeros at a position no real edge from the output reaches: only a full hook's
+        wrapper, which fills in zeros for what got no gradient, makes torch pass one here."""
+        names = self.view.names.get(position, [])
+        wrt = _canonical(names) if names else self.synthetic(position)
+        short = short_name(wrt)
+        return self.zero_label(run, wrt, names, f"{run.of} does not depend on {short}; the "
+                                                "zeros come from a full hook's wrapper")
+
+    def zeros(self, run: Run, call: ModuleCall, index: int, unused: bool = False,
+              position: Position | None = None) -> Label:
+        """Zeros for the module's `index`-th argument: one that does not require grad, or
+        (`unused`) one the module's forward never uses. Named as the tensor at its real
+        `position` is, if it has one (the leaf `x`, not a wrapper's view of it), then as the
+        caller and the module know it."""
+        names: list[str] = list(self.view.names.get(position, [])) if position else []
         for tensors in (call.arguments, call.inputs):
             record = self.view.record(tensors[index] if index < len(tensors) else None)
             names += record.names if record else ()
         wrt = _canonical(names) if names else f"{call.module or 'model'} input {index}"
         short = short_name(wrt)
+        why = (f"no op in {call.module or 'the model'} uses {short}" if unused
+               else f"{short} does not require grad")
+        return self.zero_label(run, wrt, names, why)
+
+    def zero_label(self, run: Run, wrt: str, names: list[str], why: str) -> Label:
+        """`∂of/∂wrt = 0 (why)`, checked against zeros."""
+        short = short_name(wrt)
         meaning = Meaning(run.of, wrt, _aliases(names, wrt), "as-is",
-                          f"∂{run.of}/∂{short} = 0 ({short} does not require grad)",
+                          f"∂{run.of}/∂{short} = 0 ({why})",
                           rf"\frac{{\partial {latex_name(run.of)}}}{{\partial {latex_name(short)}}}"
                           " = 0")
         return Label(meaning, Site(run.index, None, zeros=True))
 
     def describe(self, run: Run, position: Position, edges: frozenset[Edge] | None) -> Label:
         """Name the tensor at `position`, through views if it has no name of its own."""
+        if not self.view.in_real_graph(position[0]):
+            return self.no_gradient(run, position)
         reachable = self.reachable.get(run.index, set())
         if edges is not None and edges >= self.view.consumers_within(position, reachable):
             edges = None
