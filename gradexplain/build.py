@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from gradexplain.errors import ModelRunError, SpecRunError, first_line
+from gradexplain.errors import ModelRunError, SpecRunError, first_line, quoted
 from gradexplain.spec.catalogue import FUNCTIONS, LAYERS, bind
 from gradexplain.spec.expr import (
     BinOp,
@@ -228,8 +228,9 @@ class SpecModule(nn.Module):
             return evaluate(step.assignment.expr, env)
         except SpecRunError:
             raise
-        except (RuntimeError, ValueError, TypeError, IndexError) as exc:
-            raise SpecRunError(f"in step {step.text!r}: {first_line(exc)}", step.where) from exc
+        except (RuntimeError, ValueError, TypeError, IndexError, OverflowError) as exc:
+            raise SpecRunError(f"in step {quoted(step.text)}: {first_line(exc)}",
+                               step.where) from exc
 
 
 def evaluate(expr: Expr, env: dict[str, Any]) -> Any:

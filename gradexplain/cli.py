@@ -6,6 +6,7 @@ import torch, so anything that needs torch is imported inside the command that r
 
 from __future__ import annotations
 
+import os
 import sys
 import warnings
 from collections.abc import Callable, Iterator
@@ -561,8 +562,6 @@ def _completion_without_coercion() -> Iterator[None]:
     so under click's resilient parsing, which completion uses, values pass through as they are.
     Older typers have no such parameter class and need nothing.
     """
-    import os
-
     parameter = getattr(getattr(typer, "core", None), "_TyperParameter", None)
     if COMPLETION_VARIABLE not in os.environ or parameter is None:
         yield

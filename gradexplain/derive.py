@@ -16,6 +16,7 @@ from contextlib import contextmanager
 
 import torch
 
+from gradexplain.agree import agreement
 from gradexplain.build import Builder, build
 from gradexplain.capture_data import CaptureLesson
 from gradexplain.graphview import ACCUMULATE, GraphView
@@ -175,11 +176,7 @@ def check(value: TensorValue | None, expected: torch.Tensor) -> Check:
                                  reference.norm()])
     else:
         got = torch.tensor(value.value, dtype=torch.float64)
-    if got.numel() == 0:
-        return Check(True, 0.0, expected_value)
-    error = float((got - reference).abs().max())
-    scale = float(reference.abs().max())
-    verified = error <= RELATIVE_TOLERANCE * scale + ABSOLUTE_FLOOR
+    verified, error = agreement(got, reference, RELATIVE_TOLERANCE, ABSOLUTE_FLOOR)
     return Check(verified, error, expected_value)
 
 

@@ -25,8 +25,14 @@ class Location:
         for part in self.path:
             if isinstance(part, int):
                 text += f"[{part}]"
+            elif not part.isprintable() or len(part) > 60:
+                # A key with a newline or a control character would break the one-line error.
+                text += f"[{quoted(part)}]"
             else:
                 text += f".{part}" if text else part
+        if len(text) > 80:
+            # 64 levels of [0] say no more than their two ends do.
+            text = f"{text[:40]}...{text[-30:]}"
         return text
 
     def shifted(self, columns: int) -> Location:
@@ -42,6 +48,19 @@ class Location:
             if self.column is not None:
                 where += f":{self.column}"
         return where
+
+
+def quoted(text: str, limit: int = 60) -> str:
+    """User text as a message quotes it: repr'd (so control characters show as escapes), and
+    cut to `limit` characters, so a 1,000-character step does not make a 1,000-character error."""
+    return repr(text) if len(text) <= limit else repr(text[:limit])[:-1] + "...'"
+
+
+def show_number(value: float) -> str:
+    """A number as a message quotes it: a 400-digit integer is shown by its size, not in full."""
+    if isinstance(value, int) and abs(value) >= 10**15:
+        return f"of {len(str(abs(value)))} digits"
+    return f"{value:,}" if isinstance(value, int) else str(value)
 
 
 def first_line(error: BaseException) -> str:

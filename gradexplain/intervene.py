@@ -37,6 +37,7 @@ import torch
 from torch import nn
 from torch.autograd.graph import GradientEdge
 
+from gradexplain.agree import agreement
 from gradexplain.build import Built, build, make_tensor, observe
 from gradexplain.errors import ExpectationError, first_line, first_line_of
 from gradexplain.intervene_data import ChangeKind, GradChange, InterventionLesson, Replacement
@@ -301,8 +302,11 @@ def _run(spec: ModelSpec, goal: Goal, item: Intervention | None) -> _Run:
     remember = namer(named)
 
     def recorder(name: str) -> Callable[[torch.Tensor], None]:
-        def record(grad: torch.Tensor) -> None:
-            tensor_grads[name] = grad.detach().clone()
+        def record(grad: torch.Tensor | None) -> None:
+            # None reaches a tensor hook on an argument a module never uses (a full hook's
+            # wrapper hands it on): there is no gradient to record.
+            if grad is not None:
+                tensor_grads[name] = grad.detach().clone()
         return record
 
     with ExitStack() as hooks:
@@ -788,10 +792,7 @@ def _check(before: torch.Tensor | None, after: torch.Tensor | None,
         return False, math.inf
     if after.numel() == 0:
         return True, 0.0
-    got, want = after.double(), expected.double()
-    error = float((got - want).abs().max())
-    tolerance = ABSOLUTE_TOLERANCE + RELATIVE_TOLERANCE * float(want.abs().max())
-    return error <= tolerance, error
+    return agreement(after, expected, RELATIVE_TOLERANCE, ABSOLUTE_TOLERANCE)
 
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gradexplain.errors import Location, SpecSafetyError, SpecSchemaError
+from gradexplain.errors import Location, SpecLimitError, SpecSafetyError, SpecSchemaError
 from gradexplain.spec.expr import (
     BinOp,
     Call,
@@ -112,5 +112,5 @@ def test_refused_as_not_in_the_language(text: str, says: str) -> None:
 
 def test_deep_expressions_are_bounded() -> None:
     text = "y = " + " + ".join(["x"] * 40)
-    with pytest.raises(SpecSchemaError, match="nests more than"):
+    with pytest.raises(SpecLimitError, match="nests more than"):
         parse_step(text, HERE)

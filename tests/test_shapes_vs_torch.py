@@ -429,8 +429,10 @@ class Draft:
         if self.layers:
             lines.append("layers:")
             lines += [f"  {name}: {layer}" for name, layer in self.layers.items()]
-        lines.append("forward: " + json.dumps(self.steps))
-        lines.append("backward: g")
+        # A backward the checker accepts whatever the steps are: of a step on the spare input g
+        # (a spec may not take the backward of a leaf).
+        lines.append("forward: " + json.dumps([*self.steps, "g2 = g * 2"]))
+        lines.append("backward: g2")
         return "\n".join(lines) + "\n"
 
 
@@ -656,9 +658,9 @@ def test_draft_yaml_loads_and_runs() -> None:
     draft.layers["lay0"] = json.dumps({"Linear": {"in_features": 3, "out_features": 4}})
     draft.steps.append("s0 = lay0(x)")
     spec = load_spec_text(draft.yaml())
-    output, _ = run_forward(build(spec))
+    _, values = run_forward(build(spec))
     assert spec.tensor("s0") is not None
-    assert spec.tensor("s0").shape == tuple(output.shape)  # type: ignore[union-attr]
+    assert spec.tensor("s0").shape == tuple(values["s0"].shape) == (2, 4)  # type: ignore[union-attr]
 
 
 @settings(max_examples=300, deadline=None,

@@ -10,8 +10,9 @@ import math
 from collections.abc import Sequence
 from typing import NoReturn
 
-from gradexplain.errors import Location, SpecError, SpecSchemaError
+from gradexplain.errors import Location, SpecError, SpecSchemaError, show_number
 from gradexplain.spec.catalogue import did_you_mean
+from gradexplain.spec.expr import LARGEST_NUMBER
 from gradexplain.spec.yamlio import Document, KeyPath
 
 
@@ -26,7 +27,7 @@ def describe(value: object) -> str:
     if isinstance(value, bool):
         return f"the boolean {str(value).lower()}"
     if isinstance(value, int | float):
-        return f"the number {value}"
+        return f"the number {show_number(value)}"
     text = str(value)
     return f"the text {text[:40]!r}" + ("..." if len(text) > 40 else "")
 
@@ -107,14 +108,17 @@ class Cursor:
         if isinstance(self.value, bool) or not isinstance(self.value, int):
             self.expected("a whole number")
         if low is not None and self.value < low:
-            self.fail(f"expected a whole number >= {low}, got {self.value}")
+            self.fail(f"expected a whole number >= {low}, got {show_number(self.value)}")
         if high is not None and self.value > high:
-            self.fail(f"expected a whole number <= {high:,}, got {self.value:,}")
+            self.fail(f"expected a whole number <= {high:,}, got {show_number(self.value)}")
         return self.value
 
     def number(self) -> float:
         if isinstance(self.value, bool) or not isinstance(self.value, int | float):
             self.expected("a number")
-        if not math.isfinite(self.value):
+        if isinstance(self.value, float) and not math.isfinite(self.value):
             self.fail(f"expected a finite number, got {self.value}")
+        if abs(self.value) > LARGEST_NUMBER:
+            self.fail(f"the number {show_number(self.value)} is too large: numbers in a spec are "
+                      "at most 3.4e38 in size, the largest a float32 tensor holds")
         return float(self.value)

@@ -13,9 +13,19 @@ import ast
 import keyword
 from dataclasses import dataclass
 
-from gradexplain.errors import Location, SpecSafetyError, SpecSchemaError
+from gradexplain.errors import (
+    Location,
+    SpecLimitError,
+    SpecSafetyError,
+    SpecSchemaError,
+    quoted,
+    show_number,
+)
 
 MAX_STEP_CHARS = 1_000
+# The largest magnitude a number in a spec may have: float32's largest finite value. A larger one
+# would silently become inf in a float32 tensor, and every gradient through it nan.
+LARGEST_NUMBER = 3.4028234663852886e38
 MAX_EXPR_DEPTH = 32
 
 _BINARY_OPS: dict[type[ast.operator], str] = {
@@ -113,8 +123,9 @@ class Assignment:
 def parse_step(text: str, where: Location) -> Assignment:
     """Parse `a = expr` or `a, b = expr`. `where` points at the first character of `text`."""
     if len(text) > MAX_STEP_CHARS:
-        raise SpecSchemaError(
-            f"a step is at most {MAX_STEP_CHARS} characters; split it into several steps", where
+        raise SpecLimitError(
+            f"the step has {len(text):,} characters; a step is at most {MAX_STEP_CHARS:,}: "
+            "split it into several steps", where
         )
     if "\n" in text.strip():
         raise SpecSchemaError("a step is one line: `name = expression`", where)
@@ -123,7 +134,7 @@ def parse_step(text: str, where: Location) -> Assignment:
     except SyntaxError as exc:
         column = (exc.offset or 1) - 1
         raise SpecSchemaError(
-            f"cannot parse the step {text.strip()!r}: {exc.msg}; "
+            f"cannot parse the step {quoted(text.strip())}: {exc.msg}; "
             "a step is `name = expression`",
             where.shifted(column + _leading(text)),
         ) from None
@@ -199,7 +210,7 @@ class _Parser:
 
     def expr(self, node: ast.expr, depth: int) -> Expr:
         if depth > MAX_EXPR_DEPTH:
-            raise SpecSchemaError(
+            raise SpecLimitError(
                 f"the expression nests more than {MAX_EXPR_DEPTH} levels; split it into steps",
                 self._at(node),
             )
@@ -299,7 +310,16 @@ class _Parser:
 
     def _number(self, node: ast.Constant) -> float | int | bool:
         value = node.value
-        if isinstance(value, bool | int | float):
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, int | float):
+            # Python reads 1e999 as inf and 10**40 as an integer torch cannot hold.
+            if not abs(value) <= LARGEST_NUMBER:
+                raise SpecSchemaError(
+                    f"the number {show_number(value)} is too large: numbers in a spec are at most "
+                    "3.4e38 in size, the largest a float32 tensor holds",
+                    self._at(node),
+                )
             return value
         kind = "text" if isinstance(value, str) else type(value).__name__
         raise SpecSchemaError(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from gradexplain.errors import Location, SpecNameError, SpecSchemaError, SpecShapeError
 from gradexplain.spec import shapes
+from gradexplain.spec.expr import Name
 from gradexplain.spec.model import ModelSpec, TensorInfo, TensorInit
 from gradexplain.spec.scope import check_not_builtin, suggest
 from gradexplain.spec.shapes import show
@@ -22,13 +23,40 @@ def check_goals(spec: ModelSpec, tensors: Tensors, module_paths: set[str]) -> No
     _check_hooks(spec, tensors, module_paths)
 
 
+def _leaves(spec: ModelSpec, tensors: Tensors) -> set[str]:
+    """The tensors no step computes: inputs, parameters, layer weights, and top-level steps
+    that only rename one of them (`y = x`)."""
+    leaves = {item.name for item in spec.inputs}
+    for module in spec.root.walk():
+        leaves |= {module.qualify(param.name) for param in module.params}
+        for layer in module.layers:
+            prefix = module.qualify(layer.name) + "."
+            leaves |= {name for name in tensors if name.startswith(prefix)}
+    for step in spec.root.steps:
+        expr = step.assignment.expr
+        if isinstance(expr, Name) and expr.id in leaves and len(step.targets) == 1:
+            leaves.add(step.targets[0])
+    return leaves
+
+
+def _not_a_leaf(name: str, leaves: set[str], where: Location, role: str) -> None:
+    if name in leaves:
+        raise SpecNameError(
+            f"{role} names {name!r}, a leaf tensor (an input or a parameter): no step computes "
+            "it, so there is no graph for hooks to fire on; name a step's result instead",
+            where,
+        )
+
+
 def _check_backward(spec: ModelSpec, tensors: Tensors) -> None:
     # A second backward without retain_graph is left to torch: it only fails where a node on
     # the way saved tensors (x * 3 does, x + 3 does not), which the checker cannot know.
+    leaves = _leaves(spec, tensors)
     for backward in spec.backwards:
         # A step expected to fail may break the rules below: that is the lesson it teaches.
         lenient = backward.expect_error is not None
         info = _differentiable(tensors, backward.of, backward.where, "backward", lenient)
+        _not_a_leaf(backward.of, leaves, backward.where, "backward")
         if backward.gradient is None:
             if not lenient:
                 _scalar(info, backward.where, "backward", "`gradient:`")
@@ -37,9 +65,11 @@ def _check_backward(spec: ModelSpec, tensors: Tensors) -> None:
 
 
 def _check_grads(spec: ModelSpec, tensors: Tensors) -> None:
+    leaves = _leaves(spec, tensors)
     for call in spec.grads:
         lenient = call.expect_error is not None
         info = _differentiable(tensors, call.of, call.where, "grad `of`", lenient)
+        _not_a_leaf(call.of, leaves, call.where, "grad `of`")
         for name in call.wrt:
             _differentiable(tensors, name, call.where, "grad `wrt`", lenient)
         outputs = call.grad_outputs

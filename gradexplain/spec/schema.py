@@ -229,7 +229,9 @@ class _Reader:
     def step(self, cursor: Cursor) -> Step:
         self.steps += 1
         if self.steps > MAX_STEPS:
-            cursor.fail(f"a spec may have at most {MAX_STEPS:,} steps in all", SpecLimitError)
+            cursor.fail(f"a spec may have at most {MAX_STEPS:,} steps in all; a spec explains "
+                        "hooks on a small model: keep the few steps that show them",
+                        SpecLimitError)
         text = cursor.text("a step: text like 'y = p * x'")
         where = cursor.where().shifted(self.doc.text_offset(cursor.path))
         return Step(parse_step(text, where), where)
@@ -462,5 +464,7 @@ def _literal_value(cursor: Cursor, dtype: DType) -> Literal_:
     if dtype == "int64":
         if not float(number).is_integer():
             cursor.fail(f"an int64 tensor holds whole numbers, got {number}")
+        if not -(2**63) <= int(number) < 2**63:
+            cursor.fail(f"an int64 tensor holds whole numbers below 2**63 in size, got {number:g}")
         return int(number)
     return number

@@ -165,7 +165,21 @@ def module_label(module: ModuleSpec) -> str:
     return "the top level" if module.path == "" else f"module {module.path!r}"
 
 
+# A message lists at most this many names, of at most this many characters together: with 300
+# steps, or one 200-character name, the list would be the whole message.
+MAX_LISTED = 12
+MAX_LISTED_CHARS = 120
+
+
 def _defined_in(module: ModuleSpec, scope: dict[str, Entry]) -> str:
-    names = ", ".join(scope) if scope else "nothing yet"
+    shown: list[str] = []
+    for name in scope:
+        if len(shown) == MAX_LISTED or sum(map(len, shown)) + len(name) > MAX_LISTED_CHARS:
+            break
+        shown.append(name)
+    names = ", ".join(shown) if scope else "nothing yet"
+    if len(scope) > len(shown):
+        more = f"{len(scope) - len(shown)} more"
+        names = f"{names} and {more}" if shown else more
     return f" (defined in {module_label(module)} at this point: {names})"
 
