@@ -13,9 +13,13 @@ import torch
 
 
 def agreement(got: torch.Tensor, expected: torch.Tensor, relative: float,
-              absolute: float) -> tuple[bool, float]:
+              absolute: float, *terms: torch.Tensor) -> tuple[bool, float]:
     """Whether two same-shaped tensors agree, and the largest difference of their finite parts
-    (inf where a non-finite entry differs)."""
+    (inf where a non-finite entry differs).
+
+    `terms` are the tensors `expected` was summed from, if it was: their rounding is of their
+    size, not of the sum's (1e30 - 1e30 + 0.5 in float32 keeps nothing of the 0.5), so the
+    tolerance is relative to the largest of them too."""
     got, expected = got.detach().double(), expected.detach().double()
     finite = got.isfinite() & expected.isfinite()
     exact = (got == expected) | (got.isnan() & expected.isnan())
@@ -24,5 +28,11 @@ def agreement(got: torch.Tensor, expected: torch.Tensor, relative: float,
     if not bool(finite.any()):
         return True, 0.0
     error = float((got[finite] - expected[finite]).abs().max())
-    scale = float(expected[finite].abs().max())
+    scale = max(_largest_finite(tensor) for tensor in (expected[finite], *terms))
     return error <= absolute + relative * scale, error
+
+
+def _largest_finite(tensor: torch.Tensor) -> float:
+    values = tensor.detach().double()
+    values = values[values.isfinite()]
+    return float(values.abs().max()) if values.numel() else 0.0

@@ -792,7 +792,8 @@ def _check(before: torch.Tensor | None, after: torch.Tensor | None,
         return False, math.inf
     if after.numel() == 0:
         return True, 0.0
-    return agreement(after, expected, RELATIVE_TOLERANCE, ABSOLUTE_TOLERANCE)
+    terms = [term for term in (before, product) if term is not None]
+    return agreement(after, expected, RELATIVE_TOLERANCE, ABSOLUTE_TOLERANCE, *terms)
 
 
 

@@ -149,14 +149,24 @@ def test_lone_surrogate_with_the_pure_python_loader(monkeypatch: pytest.MonkeyPa
             load_spec_text(text, "spec.yaml")
 
 
-def test_one_long_name_does_not_make_a_long_error(write_spec: Callable[[str], Path]) -> None:
+def test_long_names_do_not_make_a_long_error(write_spec: Callable[[str], Path]) -> None:
+    # A 300-character name was quoted whole by every message that names it.
     long_name = "a" * 300
     path = write_spec(f"inputs:\n  {long_name}: {{value: 1.0, requires_grad: true}}\n"
                       f"forward: ['y = nosuch({long_name})']\nbackward: y\n")
     result = run_cli("validate", str(path))
     assert result.code == 2
-    assert "unknown function, layer or module 'nosuch'" in result.stderr
-    assert "(defined in the top level at this point: 1 more)" in result.stderr
+    assert "input 'aaaaaaaaaaaaaaaaaaaa...' has 300 characters; a name is at most 64" in (
+        result.stderr)
+    assert len(result.stderr) < 400
+    # Names at the bound, listed: the list stops at 120 characters.
+    names = [f"{letter * 64}" for letter in "bcdefg"]
+    path = write_spec("inputs:\n" + "".join(f"  {name}: {{value: 1.0, requires_grad: true}}\n"
+                                             for name in names)
+                      + f"forward: ['y = nosuch({names[0]})']\nbackward: y\n")
+    result = run_cli("validate", str(path))
+    assert result.code == 2
+    assert f"at this point: {names[0]} and 5 more)" in result.stderr
     assert len(result.stderr) < 400
 
 
@@ -183,4 +193,17 @@ def test_intervention_on_a_module_with_an_unused_argument(tmp_path: Path) -> Non
     result = run_cli("walk", str(path))
     assert result.code == 0, result.stderr + result.stdout[-2000:]
     assert "internal error" not in result.stderr
+    assert "FAILED" not in result.stdout
+
+
+def test_an_intervention_check_at_float32_extremes(tmp_path: Path) -> None:
+    # W = 1e30: the intervention's check adds the run without it and the replacement's share,
+    # terms of 1e30 whose float32 rounding swamps a result near 1. The tolerance is relative to
+    # the terms, not only to their sum.
+    text = (Path(__file__).parent.parent / "specs" / "mul_param.yaml").read_text()
+    assert "params: {W: [5.0]}" in text
+    path = tmp_path / "spec.yaml"
+    path.write_text(text.replace("params: {W: [5.0]}", "params: {W: [1.0e+30]}"))
+    result = run_cli("walk", str(path))
+    assert result.code == 0, result.stdout[-2000:]
     assert "FAILED" not in result.stdout

@@ -23,6 +23,7 @@ from gradexplain.errors import (
 )
 
 MAX_STEP_CHARS = 1_000
+MAX_NAME_CHARS = 64
 # The largest magnitude a number in a spec may have: float32's largest finite value. A larger one
 # would silently become inf in a float32 tensor, and every gradient through it nan.
 LARGEST_NUMBER = 3.4028234663852886e38
@@ -158,10 +159,17 @@ def _leading(text: str) -> int:
 
 
 def check_identifier(name: str, where: Location, what: str = "name") -> None:
-    """Names people define must be plain identifiers: no keywords, no leading underscore."""
+    """Names people define must be plain identifiers: no keywords, no leading underscore, and
+    short enough to quote in a one-line message."""
+    if len(name) > MAX_NAME_CHARS:
+        raise SpecLimitError(
+            f"{what} {quoted(name, 20)} has {len(name):,} characters; a name is at most "
+            f"{MAX_NAME_CHARS}", where,
+        )
     if not name.isidentifier() or keyword.iskeyword(name):
         raise SpecSchemaError(
-            f"{what} {name!r} is not a valid name (letters, digits and _ ; not a Python keyword)",
+            f"{what} {quoted(name)} is not a valid name (letters, digits and _ ; not a Python "
+            "keyword)",
             where,
         )
     if name.startswith("_"):
