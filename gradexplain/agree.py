@@ -1,8 +1,9 @@
 """How a value gradexplain recorded is compared with the one it must equal.
 
-One rule for every check, so that no check can fail where another passes: entries that are inf
-or nan on either side must agree exactly (log(0) is -inf, 0 * inf is nan: values like any other),
-and the finite rest must agree within `absolute + relative * the largest finite |expected|`.
+One rule for the label checks (derive) and the intervention checks, so that neither fails where
+the other passes: entries that are inf or nan on either side must agree exactly (log(0) is -inf,
+0 * inf is nan: values like any other), and the finite rest must agree within
+`absolute + relative * the largest finite |expected|`.
 """
 
 from __future__ import annotations

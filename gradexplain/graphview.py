@@ -18,7 +18,7 @@ real order (`zero_only`): looked up in the check run they find nothing, which is
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -47,11 +47,16 @@ def real_order(
     is_identity: Callable[[N], bool],
 ) -> list[N]:
     """The real nodes reachable from `roots`, breadth first, identity wrappers looked through."""
-    queue: deque[N] = deque()
-    for node, number in roots:
-        found = resolve_through(node, number, edges, is_identity)
-        if found is not None:
-            queue.append(found[0])
+    def real(positions: Iterable[tuple[N | None, int]]) -> list[N]:
+        found = (resolve_through(node, number, edges, is_identity) for node, number in positions)
+        return [item[0] for item in found if item is not None]
+
+    return breadth_first(real(roots), lambda node: real(edges(node)))
+
+
+def breadth_first(starts: Iterable[N], children: Callable[[N], Iterable[N]]) -> list[N]:
+    """Every node reachable from `starts`, each once, in breadth-first order."""
+    queue: deque[N] = deque(starts)
     seen: set[N] = set()
     order: list[N] = []
     while queue:
@@ -60,10 +65,7 @@ def real_order(
             continue
         seen.add(node)
         order.append(node)
-        for child, number in edges(node):
-            found = resolve_through(child, number, edges, is_identity)
-            if found is not None:
-                queue.append(found[0])
+        queue.extend(children(node))
     return order
 
 
@@ -107,18 +109,10 @@ class GraphView:
     def engine_order(self, roots: Sequence[Position | None]) -> list[str]:
         """The real nodes torch may run from `roots`, breadth first, following every edge of
         a wrapper too (not only the one a position resolves through)."""
-        queue = deque(position[0] for position in roots if position is not None)
-        seen: set[str] = set()
-        order: list[str] = []
-        while queue:
-            node = queue.popleft()
-            if node in seen:
-                continue
-            seen.add(node)
-            if not self.is_identity(node):
-                order.append(node)
-            queue.extend(child for child, _ in self.nodes[node].next if child is not None)
-        return order
+        reached = breadth_first(
+            (position[0] for position in roots if position is not None),
+            lambda node: [child for child, _ in self.nodes[node].next if child is not None])
+        return [node for node in reached if not self.is_identity(node)]
 
     def in_real_graph(self, node_id: str) -> bool:
         """Whether a real edge from a run's output reaches the node: the hook-free run has it.

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import run_cli
+from tests.conftest import SPECS, run_cli
 
 HEAD = "inputs: {x: {value: 1.0, requires_grad: true}}\n"
 TAIL = "forward: ['y = x * 2']\nbackward: y\n"
@@ -170,13 +170,20 @@ def test_long_names_do_not_make_a_long_error(write_spec: Callable[[str], Path]) 
     assert len(result.stderr) < 400
 
 
+def spec_variant(tmp_path: Path, spec: str, old: str, new: str) -> Path:
+    """An example spec with `old` (which must be in it) replaced by `new`, written to a file."""
+    text = (SPECS / spec).read_text(encoding="utf-8")
+    assert old in text
+    path = tmp_path / "spec.yaml"
+    path.write_text(text.replace(old, new), encoding="utf-8")
+    return path
+
+
 def test_an_intervention_check_with_inf_gradients(tmp_path: Path) -> None:
     # A parameter at float32's largest value makes some gradients inf: the intervention's own
     # check (with = without + the replacement's share) compared inf with inf and said ✗.
-    text = (Path(__file__).parent.parent / "specs" / "intervene_legacy.yaml").read_text()
-    assert "params: {p: [3.0, 4.0]}" in text
-    path = tmp_path / "spec.yaml"
-    path.write_text(text.replace("params: {p: [3.0, 4.0]}", "params: {p: [3.4e+38, 4.0]}"))
+    path = spec_variant(tmp_path, "intervene_legacy.yaml", "params: {p: [3.0, 4.0]}",
+                        "params: {p: [3.4e+38, 4.0]}")
     result = run_cli("walk", str(path))
     assert result.code == 0, result.stdout[-2000:]
     assert "inf" in result.stdout  # the premise: the run really met infinities
@@ -186,10 +193,8 @@ def test_an_intervention_check_with_inf_gradients(tmp_path: Path) -> None:
 def test_intervention_on_a_module_with_an_unused_argument(tmp_path: Path) -> None:
     # The full hook's wrapper hands a tensor hook on the unused argument None: the intervention
     # runs recorded grad.detach() and crashed (internal error).
-    text = (Path(__file__).parent.parent / "specs" / "mul_param.yaml").read_text()
-    assert '"h = x1 * x2"' in text and "interventions:" in text
-    path = tmp_path / "spec.yaml"
-    path.write_text(text.replace('"h = x1 * x2"', '"h = x2 * x2"'))
+    path = spec_variant(tmp_path, "mul_param.yaml", '"h = x1 * x2"', '"h = x2 * x2"')
+    assert "interventions:" in path.read_text(encoding="utf-8")
     result = run_cli("walk", str(path))
     assert result.code == 0, result.stderr + result.stdout[-2000:]
     assert "internal error" not in result.stderr
@@ -200,10 +205,8 @@ def test_an_intervention_check_at_float32_extremes(tmp_path: Path) -> None:
     # W = 1e30: the intervention's check adds the run without it and the replacement's share,
     # terms of 1e30 whose float32 rounding swamps a result near 1. The tolerance is relative to
     # the terms, not only to their sum.
-    text = (Path(__file__).parent.parent / "specs" / "mul_param.yaml").read_text()
-    assert "params: {W: [5.0]}" in text
-    path = tmp_path / "spec.yaml"
-    path.write_text(text.replace("params: {W: [5.0]}", "params: {W: [1.0e+30]}"))
+    path = spec_variant(tmp_path, "mul_param.yaml", "params: {W: [5.0]}",
+                        "params: {W: [1.0e+30]}")
     result = run_cli("walk", str(path))
     assert result.code == 0, result.stdout[-2000:]
     assert "FAILED" not in result.stdout

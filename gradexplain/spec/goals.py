@@ -18,8 +18,9 @@ Tensors = dict[str, TensorInfo]
 
 def check_goals(spec: ModelSpec, tensors: Tensors, module_paths: set[str]) -> None:
     """Check `backward`, `grad`, `interventions` and `captures` against the checked forward."""
-    _check_backward(spec, tensors)
-    _check_grads(spec, tensors)
+    leaves = _leaves(spec, tensors)
+    _check_backward(spec, tensors, leaves)
+    _check_grads(spec, tensors, leaves)
     _check_hooks(spec, tensors, module_paths)
 
 
@@ -48,10 +49,9 @@ def _not_a_leaf(name: str, leaves: set[str], where: Location, role: str) -> None
         )
 
 
-def _check_backward(spec: ModelSpec, tensors: Tensors) -> None:
+def _check_backward(spec: ModelSpec, tensors: Tensors, leaves: set[str]) -> None:
     # A second backward without retain_graph is left to torch: it only fails where a node on
     # the way saved tensors (x * 3 does, x + 3 does not), which the checker cannot know.
-    leaves = _leaves(spec, tensors)
     for backward in spec.backwards:
         # A step expected to fail may break the rules below: that is the lesson it teaches.
         lenient = backward.expect_error is not None
@@ -64,8 +64,7 @@ def _check_backward(spec: ModelSpec, tensors: Tensors) -> None:
             _same_shape(backward.gradient, info, "gradient")
 
 
-def _check_grads(spec: ModelSpec, tensors: Tensors) -> None:
-    leaves = _leaves(spec, tensors)
+def _check_grads(spec: ModelSpec, tensors: Tensors, leaves: set[str]) -> None:
     for call in spec.grads:
         lenient = call.expect_error is not None
         info = _differentiable(tensors, call.of, call.where, "grad `of`", lenient)
