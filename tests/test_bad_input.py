@@ -3,6 +3,8 @@ was expected, never a traceback. Each case runs the real command line in a subpr
 
 from __future__ import annotations
 
+import errno
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,6 +15,7 @@ import yaml
 from tests.conftest import run_cli
 
 GOOD_HEAD = "inputs:\n  x: {value: 1.0, requires_grad: true}\n"
+YAML_SYNTAX = 'forward: ["y = x * 2"\nbackward: y\n'
 
 
 @dataclass(frozen=True)
@@ -38,8 +41,7 @@ class Case:
 
 CASES = [
     # --- YAML itself
-    Case("yaml_syntax", 'forward: ["y = x * 2"\nbackward: y\n', "2:1", "",
-         ("YAML error", "expected ',' or ']'")),
+    Case("yaml_syntax", YAML_SYNTAX, "2:1", "", ("YAML error",)),
     Case("yaml_bad_indent", "inputs:\n  x: 1\n y: 2\nforward: ['a = x']\n", "3:2", "",
          ("YAML error",)),
     Case("duplicate_key", GOOD_HEAD + "forward: ['y = x * 2']\nforward: ['y = x']\nbackward: y\n",
@@ -172,6 +174,20 @@ def test_bad_spec_is_one_clear_line(case: Case, write_spec: Callable[[str], Path
         assert f" at {case.key_path}: " in message, message
     for fragment in case.says:
         assert fragment in message, (fragment, message)
+
+
+def test_a_yaml_error_passes_on_what_the_parser_says(write_spec: Callable[[str], Path]) -> None:
+    # PyYAML's words (libyaml's where PyYAML has it), said by PyYAML here, not written down.
+    said: list[str] = []
+    for loader in (yaml.SafeLoader, getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
+        with pytest.raises(yaml.MarkedYAMLError) as caught:
+            yaml.compose(YAML_SYNTAX, Loader=loader)
+        said.append(f"{caught.value.context}; {caught.value.problem}")
+    path = write_spec(YAML_SYNTAX)
+    result = run_cli("validate", str(path))
+    assert result.code == 2, result
+    assert result.stderr.startswith(f"error: {path}:2:1: YAML error: "), result.stderr
+    assert any(f"YAML error: {words}" in result.stderr for words in said), (said, result.stderr)
 
 
 # --- anything that would run code is refused, and nothing ran --------------------------------
@@ -307,8 +323,9 @@ def test_missing_file(tmp_path: Path) -> None:
     path = tmp_path / "nope.yaml"
     result = run_cli("validate", str(path))
     assert result.code == 2
+    # The reason is the operating system's own text for ENOENT, asked of it here.
     assert result.stderr.strip() == (
-        f"error: {path}: YAML error: cannot read the file: No such file or directory"
+        f"error: {path}: YAML error: cannot read the file: {os.strerror(errno.ENOENT)}"
     )
 
 
@@ -333,12 +350,84 @@ def test_alias_bomb_is_bounded(write_spec: Callable[[str], Path]) -> None:
     assert "more than 200,000 values" in result.stderr
 
 
-def test_deep_nesting_is_bounded(write_spec: Callable[[str], Path]) -> None:
-    path = write_spec("about: " + "[" * 5000 + "]" * 5000 + "\nforward: ['y = x']\n")
+YAML_DEPTH = 64  # the documented bound: values inside at most 64 lists and mappings
+
+
+def _flow(depth: int, closed: bool = True) -> tuple[str, str]:
+    """`about: [[[...` and where its first value nested too deeply starts: the bracket that
+    opens inside 64 others (the top-level mapping is the first)."""
+    text = "about: " + "[" * depth + ("]" * depth if closed else "") + "\nforward: ['y = x']\n"
+    return text, f"1:{len('about: ') + YAML_DEPTH + 1}"
+
+
+def _block_mappings(depth: int) -> tuple[str, str]:
+    lines = [" " * level + f"k{level}:" for level in range(depth)]
+    return "\n".join(lines) + "\n" + " " * depth + "v\n", f"{YAML_DEPTH + 1}:{YAML_DEPTH + 1}"
+
+
+def _block_sequences(depth: int) -> tuple[str, str]:
+    # `- - - x` nests one list per dash on a single line, the first inside the top-level
+    # mapping: the 65th dash (column 3 + 2 * 64) starts a list inside 65 others.
+    return "forward:\n  " + "- " * depth + "x\n", f"2:{3 + 2 * YAML_DEPTH}"
+
+
+@pytest.mark.parametrize("make, depth", [
+    (_flow, 5_000),  # libyaml since PyYAML 6.0.4 refuses 1,000 levels in its own words
+    (lambda depth: _flow(depth, closed=False), 30_000),  # 60 KB: once a segfault
+    (_flow, YAML_DEPTH + 1),
+    (_block_mappings, 2_000),
+    (_block_sequences, 1_500),
+], ids=["flow-5000", "flow-30000-unclosed", "flow-65", "block-mappings", "block-sequences"])
+@pytest.mark.parametrize("loader", ["libyaml", "pure-python"])
+def test_deep_nesting_is_our_one_line(make: Callable[[int], tuple[str, str]], depth: int,
+                                      loader: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whatever PyYAML is installed (with libyaml or without, with a nesting limit of its own
+    or none), deep nesting is refused before anything is composed, in our words, at the first
+    value past the bound."""
+    from gradexplain.errors import SpecLimitError
+    from gradexplain.spec import yamlio
+
+    if loader == "pure-python":
+        monkeypatch.setattr(yamlio, "_Loader", yaml.SafeLoader)
+    text, where = make(depth)
+    with pytest.raises(SpecLimitError) as raised:
+        yamlio.parse_document(text, "deep.yaml")
+    line = raised.value.one_line()
+    assert line.startswith(f"deep.yaml:{where}: too large"), line
+    assert "nested too deeply" in line and f"more than {YAML_DEPTH} levels" in line, line
+
+
+def test_deep_nesting_through_the_command_line(write_spec: Callable[[str], Path]) -> None:
+    text, where = _flow(5_000)
+    path = write_spec(text)
     result = run_cli("validate", str(path))
     assert result.code == 2
-    assert "Traceback" not in result.stderr
-    assert "nests" in result.stderr
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+    assert result.stderr.startswith(f"error: {path}:{where}: too large at about[0][0]")
+    assert "nested too deeply" in result.stderr
+
+
+def test_nesting_at_the_bound_is_read(write_spec: Callable[[str], Path]) -> None:
+    from gradexplain.spec.yamlio import parse_document
+
+    document = parse_document("about: " + "[" * (YAML_DEPTH - 1) + "]" * (YAML_DEPTH - 1),
+                              "ok.yaml")
+    value = document.data["about"]
+    for _ in range(YAML_DEPTH - 2):
+        assert isinstance(value, list) and len(value) == 1
+        value = value[0]
+    assert value == []
+
+
+def test_an_alias_cannot_smuggle_depth_past_the_bound() -> None:
+    """Each level is shallow as written, but the alias puts a 40-deep anchor under 40 more."""
+    from gradexplain.errors import SpecLimitError
+    from gradexplain.spec.yamlio import parse_document
+
+    text = ("a: &deep " + "[" * 40 + "]" * 40 + "\n"
+            "b: " + "[" * 40 + "*deep" + "]" * 40 + "\n")
+    with pytest.raises(SpecLimitError, match="nested too deeply"):
+        parse_document(text, "alias.yaml")
 
 
 def test_several_files_report_each(write_spec: Callable[[str, str], Path]) -> None:

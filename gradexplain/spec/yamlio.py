@@ -5,6 +5,10 @@ only the standard scalar, sequence and mapping tags (a `!!python/...` tag is ref
 is constructed), keys taken as written (`on:` stays the text "on", not YAML 1.1's True), duplicate
 keys reported instead of silently overwritten, bounds on size and depth, and a line:column for every
 key and value so later stages can point at the exact spot.
+
+Depth is bounded before anything is composed, from the parser's event stream: composing is
+recursive (the C composer of PyYAML before 6.0.4 overflowed the stack at 30,000 levels), and
+libyaml since 6.0.4 refuses 1,000 levels in its own words. Either way the user gets our line.
 """
 
 from __future__ import annotations
@@ -116,6 +120,7 @@ def read_text(path: Path, name: str) -> str:
 
 def parse_document(text: str, file: str) -> Document:
     """Parse YAML text into a Document (see the module docstring for what is refused)."""
+    _refuse_deep_nesting(text, file)
     try:
         # The reader checks every character as the loader is made: it can fail here already.
         loader = _Loader(text)
@@ -130,10 +135,7 @@ def parse_document(text: str, file: str) -> Document:
     except yaml.YAMLError as exc:
         raise SpecSyntaxError(str(exc).splitlines()[0], Location(file)) from None
     except RecursionError:
-        raise SpecLimitError(
-            f"the YAML nests too deeply to read (more than {MAX_DEPTH} levels are never needed)",
-            Location(file),
-        ) from None
+        raise _too_deep(Location(file)) from None
     finally:
         loader.dispose()
     if node is None:
@@ -151,6 +153,81 @@ def parse_document(text: str, file: str) -> Document:
             Location(file, node.start_mark.line + 1, node.start_mark.column + 1),
         )
     return Document(file, data, walker.value_places, walker.key_places)
+
+
+def _too_deep(where: Location) -> SpecLimitError:
+    return SpecLimitError(
+        f"the YAML is nested too deeply: more than {MAX_DEPTH} levels of lists and mappings, "
+        "which no spec needs (look for brackets that never close)",
+        where,
+    )
+
+
+def _refuse_deep_nesting(text: str, file: str) -> None:
+    """A SpecLimitError at the first value nested more than MAX_DEPTH deep, found from the
+    parser's events (no recursion, nothing composed); YAML errors are left to the composer,
+    which reports them with their place."""
+    try:
+        _deepest_value(_Loader, text, file)
+    except yaml.YAMLError:
+        if _Loader is yaml.SafeLoader:
+            return
+        # libyaml scans ahead of the events it hands out, so its own limit can stop it before
+        # our bound shows in the events; the pure-Python parser has no limit and stops at the
+        # same syntax error or at our bound, whichever comes first in the text.
+        try:
+            _deepest_value(yaml.SafeLoader, text, file)
+        except yaml.YAMLError:
+            return
+
+
+def _deepest_value(loader_class: type[yaml.SafeLoader], text: str, file: str) -> None:
+    """Follow the event stream, with the key path of each value, until a value sits inside
+    more than MAX_DEPTH lists and mappings (SpecLimitError) or the stream ends."""
+    loader = loader_class(text)
+    # One entry per open collection: its path, and the next index (a list) or, for a mapping,
+    # the key just read (None while a key is awaited).
+    open_collections: list[tuple[KeyPath, list[int | str | None], bool]] = []
+    try:
+        while True:
+            event = loader.get_event()  # type: ignore[no-untyped-call]
+            if event is None or isinstance(event, yaml.StreamEndEvent):
+                return
+            if isinstance(event, yaml.CollectionEndEvent):
+                open_collections.pop()
+                continue
+            if not isinstance(event, (yaml.NodeEvent, yaml.CollectionStartEvent)):
+                continue
+            path = _next_path(open_collections, event)
+            if len(open_collections) > MAX_DEPTH:
+                mark = event.start_mark
+                raise _too_deep(Location(file, mark.line + 1, mark.column + 1, path)
+                                if mark is not None else Location(file, None, None, path))
+            if isinstance(event, yaml.CollectionStartEvent):
+                is_mapping = isinstance(event, yaml.MappingStartEvent)
+                open_collections.append((path, [None if is_mapping else 0], is_mapping))
+    finally:
+        loader.dispose()
+
+
+def _next_path(open_collections: list[tuple[KeyPath, list[int | str | None], bool]],
+               event: yaml.Event) -> KeyPath:
+    """The key path of the value `event` starts, advancing its parent's index or key; a
+    mapping's key is placed at the mapping's own path."""
+    if not open_collections:
+        return ()
+    parent, position, is_mapping = open_collections[-1]
+    if not is_mapping:
+        index = position[0]
+        assert isinstance(index, int)
+        position[0] = index + 1
+        return (*parent, index)
+    if position[0] is None:  # this node is a key
+        position[0] = str(getattr(event, "value", "?"))
+        return parent
+    key = position[0]
+    position[0] = None
+    return (*parent, key)
 
 
 def _unreadable(exc: OSError, file: str) -> SpecSyntaxError:
@@ -197,12 +274,8 @@ class _Walker:
                 "are used); write large tensors with randn/zeros/ones instead of literals",
                 self._here(node, path),
             )
-        if depth > MAX_DEPTH:
-            raise SpecLimitError(
-                f"the YAML nests more than {MAX_DEPTH} levels deep; no spec needs that many "
-                "(look for brackets that never close)",
-                self._here(node, path)
-            )
+        if depth > MAX_DEPTH:  # still reachable through an alias of a deep anchor
+            raise _too_deep(self._here(node, path))
         self._check_tag(node, path)
         quoted = isinstance(node, yaml.ScalarNode) and node.style in ("'", '"')
         self.value_places[path] = Place(
