@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from gradexplain.session import Session
+from tests.printed import first_mismatch
 
 REPO = Path(__file__).resolve().parent.parent
 SPECS = REPO / "specs"
@@ -74,7 +75,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 @pytest.fixture
 def golden(request: pytest.FixtureRequest) -> Callable[[str, str], None]:
-    """Compare output with its golden file; `--update-golden` rewrites the file instead."""
+    """Compare output with its golden file, numbers within a tolerance (tests/printed.py
+    says which); `--update-golden` rewrites the file instead, the only way to change one."""
     update = bool(request.config.getoption("--update-golden"))
 
     def compare(name: str, text: str) -> None:
@@ -85,13 +87,14 @@ def golden(request: pytest.FixtureRequest) -> Callable[[str, str], None]:
             return
         assert path.exists(), f"no golden file {path}: run pytest --update-golden, read it"
         expected = path.read_text(encoding="utf-8")
-        if text != expected:
+        mismatch = first_mismatch(expected, text)
+        if mismatch is not None:
             import difflib
 
             changes = "".join(list(difflib.unified_diff(
                 expected.splitlines(keepends=True), text.splitlines(keepends=True),
                 str(path), "today's output"))[:60])
-            pytest.fail(f"output differs from {path} (if intended: pytest --update-golden, "
-                        f"then read the diff)\n{changes}", pytrace=False)
+            pytest.fail(f"output differs from {path} at {mismatch}\n(if intended: pytest "
+                        f"--update-golden, then read the diff)\n{changes}", pytrace=False)
 
     return compare
