@@ -63,3 +63,20 @@ def two_modules_in_torch() -> dict[str, torch.Tensor]:
     found = {"x": x.grad, "y": y.grad, "t": t.grad, "module.p": model.module.p.grad,
              "module2.l.weight": model.module2.l.weight.grad, "y value": y, "z value": z}
     return {name: value.detach() for name, value in found.items() if value is not None}
+
+
+def legacy_hook_warnings() -> list[tuple[str, str]]:
+    """What torch itself warns, (category, message), when the article's model runs with
+    `register_backward_hook` on every module (as gradexplain's legacy pass hooks it): the oracle
+    for the warnings a walk records, so no test writes torch's wording down."""
+    import warnings
+
+    model = TwoModules()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        handles = [module.register_backward_hook(lambda module, grad_input, grad_output: None)
+                   for module in model.modules()]
+        model(torch.tensor(5.0, requires_grad=True)).backward()
+    for handle in handles:
+        handle.remove()
+    return [(item.category.__name__, str(item.message)) for item in caught]

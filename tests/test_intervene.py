@@ -214,7 +214,7 @@ def test_legacy_hook_scale_matches_plain_torch_and_changes_the_weight_gradient()
     lesson = lessons("intervene_legacy.yaml")[0]
     seen: list[tuple[Grads, Grads]] = []
     hook = recording(seen, lambda grads: tuple(None if g is None else g * 10 for g in grads))
-    with pytest.warns(FutureWarning):
+    with pytest.warns(FutureWarning) as warned:
         expected = classic(lambda module, module2: module2.register_backward_hook(hook))
     without = classic(lambda module, module2: None)
     assert_leaves_match(lesson, expected, without)
@@ -228,7 +228,9 @@ def test_legacy_hook_scale_matches_plain_torch_and_changes_the_weight_gradient()
     assert lesson.node == "SigmoidBackward0"
     assert lesson.verified is True
     assert "module2.l.weight is a parameter of module2, yet its gradient changed" in lesson.rule
-    assert any("missing some grad_input" in warning for warning in lesson.warnings)
+    # torch's own warning for this hook, as the plain run above got it.
+    torch_says = {str(item.message) for item in warned if item.category is FutureWarning}
+    assert torch_says and torch_says <= set(lesson.warnings), (torch_says, lesson.warnings)
 
 
 def test_the_full_hook_on_the_same_module_leaves_the_weight_gradient_alone() -> None:
@@ -341,8 +343,6 @@ def test_wrong_length_and_wrong_shape_messages_come_from_torch() -> None:
     with pytest.warns(FutureWarning):
         assert wrong_shape.error == torch_error(
             lambda module, module2: module.register_backward_hook(module_hook))
-    assert wrong_length.error == ("Backward hook returned an invalid number of grad_input, "
-                                  "got 2, but expected 1")
     assert wrong_length.expected_error and wrong_shape.expected_error
     assert wrong_length.changes == () and wrong_shape.changes == ()
     assert wrong_length.error_rule == ("a full backward hook returns one gradient per positional "
@@ -354,7 +354,13 @@ def test_wrong_length_and_wrong_shape_messages_come_from_torch() -> None:
 def test_legacy_wrong_length_names_the_node_and_its_edges() -> None:
     (lesson,) = two_modules_with("  - {hook: backward, on: module, action: wrong_length, "
                                  "expect_error: incorrect number of values}\n")
-    assert lesson.error is not None and "(got 3, but expected 2)" in lesson.error
+
+    def module_hook(module: nn.Module, grad_input: Grads, grad_output: Grads) -> Grads:
+        return grad_input + (grad_input[-1],)  # torch's message quotes the hook's name
+
+    with pytest.warns(FutureWarning):
+        torch_says = torch_error(lambda module, module2: module.register_backward_hook(module_hook))
+    assert lesson.error == torch_says
     assert lesson.error_rule == ("a legacy backward hook returns one gradient per next_functions "
                                  "edge of MulBackward0, the node it sits on: (g_p, g_x) here, "
                                  "2 values, not 3")
@@ -404,7 +410,9 @@ def test_text_shows_before_after_and_the_rule() -> None:
     assert "changed" in row and "✓" in row
     flat = " ".join(text.split())
     assert "rule: register_full_backward_hook on model replaces grad_input" in flat
-    assert "torch: Backward hook returned an invalid number of grad_input" in flat
+    wrong_length = lessons("wrong_replacement.yaml")[0]
+    assert wrong_length.error is not None  # torch's words (see the test above)
+    assert f"torch: {' '.join(wrong_length.error.split())}" in flat
     assert "rule: a full backward hook returns one gradient per positional input" in flat
     assert "as the spec expected ✓" in flat
     assert plain_text(intervention_text(())) == ""

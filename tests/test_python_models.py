@@ -46,6 +46,7 @@ from gradexplain.walk_data import LabelledArg, LabelledEvent, Walk
 from tests import pymodels
 from tests.conftest import REPO, Result
 from tests.mdcheck import assert_markdown_well_formed
+from tests.messages import raised_by
 
 PYMODELS = "tests/pymodels.py"
 JSON = dict[str, Any]
@@ -732,6 +733,12 @@ class Bad:
     says: tuple[str, ...]
 
 
+# What Python and torch themselves say for the two failures gradexplain passes on, asked of them
+# here (their wording is theirs to change): the factory called without its argument, and the MLP
+# (3 input features) run on 5 features.
+NO_ARGUMENT_SAYS = raised_by(lambda: pymodels.make_sized())  # type: ignore[call-arg]
+MLP_ON_5_FEATURES_SAYS = raised_by(lambda: torch_model(pymodels.make_mlp)(torch.randn(4, 5)))
+
 BAD = [
     Bad("bare_file", ("walk", PYMODELS), ("is Python: name the model in it",
                                           f"{PYMODELS}:make_model")),
@@ -742,7 +749,7 @@ BAD = [
     Bad("missing_module", ("walk", "tests.nowhere:make", "--input", "4x3"),
         ("tests.nowhere: cannot import it",)),
     Bad("factory_needs_arguments", ("walk", f"{PYMODELS}:make_sized", "--input", "4x3"),
-        ("calling it with no arguments failed", "'width'")),
+        ("calling it with no arguments failed", NO_ARGUMENT_SAYS)),
     Bad("not_a_module", ("walk", f"{PYMODELS}:NOT_A_MODEL", "--input", "4x3"),
         ("NOT_A_MODEL", "not an nn.Module")),
     Bad("factory_returns_no_module", ("walk", f"{PYMODELS}:make_not_a_module", "--input", "4x3"),
@@ -757,8 +764,7 @@ BAD = [
         ("its forward takes 2 input(s) (x, y), 1 given",)),
     Bad("no_inputs", ("walk", f"{PYMODELS}:make_mlp"), ("takes 1 input(s) (x), 0 given",)),
     Bad("forward_shape_mismatch", ("walk", f"{PYMODELS}:make_mlp", "--input", "4x5"),
-        ("its forward raised RuntimeError on inputs of shape (4, 5)",
-         "mat1 and mat2 shapes cannot be multiplied")),
+        ("its forward raised RuntimeError on inputs of shape (4, 5): " + MLP_ON_5_FEATURES_SAYS,)),
     Bad("forward_raises_its_own_error", ("walk", f"{PYMODELS}:make_raises", "--input", "4x5"),
         ("its forward raised ValueError on inputs of shape (4, 5): expected 3 features, got 5",)),
     Bad("returns_dict", ("walk", f"{PYMODELS}:make_returns_dict", "--input", "4x3"),

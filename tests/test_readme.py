@@ -8,6 +8,7 @@ import re
 import pytest
 
 from tests.conftest import REPO, run_cli
+from tests.printed import same_printout
 
 README = (REPO / "README.md").read_text(encoding="utf-8")
 
@@ -51,7 +52,9 @@ def test_console_example_is_real_output() -> None:
 
 def assert_excerpt_is_real(pattern: str) -> None:
     """The README block matching `pattern` (the command's arguments, then the excerpt): every
-    line it shows, between the `...`, is in the real output of that command."""
+    line it shows, between the `...`, is in the real output of that command, its numbers up to
+    the last printed digit (the README was written on one CPU; another may round the last bit
+    of a gradient differently, and fmt's fifth digit, or a column's padding, with it)."""
     example = re.search(pattern, README, flags=re.S)
     assert example is not None
     command, arguments, excerpt = example.groups()
@@ -61,7 +64,7 @@ def assert_excerpt_is_real(pattern: str) -> None:
     shown = [line for line in excerpt.splitlines() if line != "..."]
     assert len(shown) > 4
     for line in shown:
-        assert line in real, line
+        assert any(same_printout(line, candidate) for candidate in real), line
 
 
 @pytest.mark.parametrize("command", ["walk", "diff"])

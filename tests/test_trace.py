@@ -4,6 +4,8 @@ trace; torch's warnings become data."""
 
 from __future__ import annotations
 
+import math
+import re
 import warnings
 from typing import Any
 
@@ -16,14 +18,27 @@ from gradexplain.errors import SpecRunError
 from gradexplain.spec import load_spec, load_spec_text
 from gradexplain.trace import trace, trace_both
 from gradexplain.trace_data import Mode, PassTrace
-from tests.articles import TwoModules
+from tests.articles import TwoModules, legacy_hook_warnings
 from tests.conftest import SPECS
+from tests.messages import raised_by
 
 Call = tuple[str, str, list[Any]]
 
 
 def values(items: Any) -> list[Any]:
     return [None if item is None else item.detach().tolist() for item in items]
+
+
+def same_values(ours: Any, theirs: Any) -> bool:
+    """The same nesting, None in the same places, and numbers equal up to float32 rounding:
+    the plain run is the test's own torch code, not the build gradexplain ran, so another CPU
+    may differ in the last bit."""
+    if ours is None or theirs is None:
+        return ours is None and theirs is None
+    if isinstance(ours, list) or isinstance(theirs, list):
+        return (isinstance(ours, list) and isinstance(theirs, list) and len(ours) == len(theirs)
+                and all(same_values(a, b) for a, b in zip(ours, theirs, strict=True)))
+    return math.isclose(float(ours), float(theirs), rel_tol=1e-6, abs_tol=1e-9)
 
 
 def plain_module_calls(mode: str) -> list[Call]:
@@ -80,7 +95,7 @@ def test_module_hook_calls_match_plain_torch(mode: Mode) -> None:
     plain = plain_module_calls(mode)
     assert [call[:2] for call in traced] == [call[:2] for call in plain]
     for ours, theirs in zip(traced, plain, strict=True):
-        assert ours[2] == theirs[2], ours  # the same operations: the same bits
+        assert same_values(ours[2], theirs[2]), (ours, theirs)
 
 
 def test_legacy_hooks_of_module2_sit_on_the_sigmoid() -> None:
@@ -122,7 +137,7 @@ def test_tensor_and_leaf_hooks_follow_torchs_order() -> None:
             for event in legacy.events if event.hook in ("tensor", "post_accumulate_grad")]
     assert [item[:2] for item in ours] == [item[:2] for item in log]
     for mine, theirs in zip(ours, log, strict=True):
-        assert mine[2] == theirs[2]
+        assert same_values(mine[2], theirs[2]), (mine, theirs)
 
 
 def test_node_hooks_come_in_pairs_around_each_node() -> None:
@@ -149,7 +164,8 @@ def test_grads_match_plain_backward() -> None:
         assert set(got) == set(plain)
         for name, grad in plain.items():
             assert grad is not None
-            assert got[name] is not None and got[name].value == grad.tolist()  # type: ignore[union-attr]
+            value = got[name]
+            assert value is not None and same_values(value.value, grad.tolist()), (name, value)
 
 
 def test_backward_twice_accumulates_and_grad_calls_leave_grad_alone() -> None:
@@ -193,7 +209,9 @@ def test_hooks_are_removed_when_the_forward_fails() -> None:
         "    forward: {args: [i], steps: ['e = emb(i)']}\n"
         "forward: ['e = m(idx)', 's = sum(e)']\nbackward: s\n")
     built = build(spec)
-    with pytest.raises(SpecRunError, match="index out of range"):
+    # torch's own words for the lookup, said by torch here: gradexplain passes them on.
+    torch_says = raised_by(lambda: nn.Embedding(5, 2)(torch.tensor([0, 7])))
+    with pytest.raises(SpecRunError, match=re.escape(torch_says)):
         trace(built, "legacy")
     assert hooks_left(built) == []
     # The check above can see hooks: one registered by hand is reported.
@@ -206,7 +224,9 @@ def test_warnings_are_data_not_output(recwarn: pytest.WarningsRecorder) -> None:
     legacy, full = trace_both(load_spec(SPECS / "two_modules.yaml"))
     assert len(recwarn) == 0
     assert {warning.category for warning in legacy.warnings} == {"FutureWarning"}
-    assert all("non-full backward hook" in warning.message for warning in legacy.warnings)
+    # What torch itself warns for the same hooks on the article's model, message for message.
+    torch_says = legacy_hook_warnings()
+    assert sorted((w.category, w.message) for w in legacy.warnings) == sorted(torch_says)
     assert full.warnings == ()
     # Each legacy warning follows the forward event of the module it belongs to.
     modules = {legacy.events[w.after_seq].target for w in legacy.warnings
