@@ -20,6 +20,10 @@ What it measures (wall time of whole processes, as a user at a shell sees them):
    ratios to the capture; hook calls, checks, and the Python heap peak (``tracemalloc``) of a
    capture against the floor's.
 
+5. Threads: ``gradexplain walk examples/models.py:make_deep --input 32x256 --format json``
+   with one torch thread (the default, issue 15) against ``--threads N`` with N the number of
+   CPUs (torch's own default), and whether both print the same bytes.
+
 How it measures: machines are shared and noisy, so absolute times drift from minute to minute.
 Within a section every command runs once to warm caches (and to find commands that fail), then
 all commands run in round-robin rounds, the order rotating each round, so drift hits every
@@ -46,7 +50,9 @@ the memory and hook counts after them, would take the section past 55 s (a captu
 busy machine); the section says how many ran. It runs torch on one intra-op thread
 (``--torch-threads``): a batch of 32 gains little from more, and on a shared machine they stall
 (seen: a 12 ms plain forward + backward taking 2 s with torch's default of 2 threads, at a load
-average of 4 on 2 CPUs), which buries the ratios in noise.
+average of 4 on 2 CPUs), which buries the ratios in noise. ``explain`` is called with
+``threads=None`` so that this one setting governs the capture as well as the plain and floor
+passes (by default ``explain`` would use one thread whatever the setting).
 
 Run from anywhere (it changes to the repository root): ``python bench/bench.py``, or
 ``python bench/bench.py --quick`` for a smoke test with few repetitions.
@@ -267,6 +273,23 @@ def session_section(gx: list[str], rounds: int, workdir: Path) -> tuple[list[str
                   [*gx, "report", "--load", str(saved)]), None)],
         rounds, "budget")
     lines += ["", f"Session file of {spec}: {saved.stat().st_size / MB:.1f} MB."]
+    return lines, ran
+
+
+def threads_section(gx: list[str], rounds: int, workdir: Path) -> tuple[list[str], bool]:
+    """A 50-layer Python model walked with one torch thread (the default) and with one per
+    CPU, side by side, and whether the two printed the same JSON."""
+    cpus = os.cpu_count() or 1
+    target = ["walk", "examples/models.py:make_deep", "--input", "32x256", "--format", "json"]
+    one = Command("walk make_deep --threads 1 (default)", [*gx, *target, "--threads", "1"],
+                  stdout_to=workdir / "one.json")
+    many = Command(f"walk make_deep --threads {cpus} (torch's default)",
+                   [*gx, *target, "--threads", str(cpus)], stdout_to=workdir / "many.json")
+    lines, ran = ratio_section(f"Threads: one torch thread vs {cpus}", one, [(many, None)],
+                               rounds, "budget")
+    if ran:
+        same = (workdir / "one.json").read_bytes() == (workdir / "many.json").read_bytes()
+        lines += ["", f"Same JSON bytes with 1 and {cpus} threads: {'yes' if same else 'no'}."]
     return lines, ran
 
 
@@ -531,7 +554,7 @@ def python_section(rounds: int, budget: float | None) -> tuple[list[str], bool]:
 
     def time_capture() -> float:
         start = time.perf_counter()
-        state["explanation"] = explain(model, x)
+        state["explanation"] = explain(model, x, threads=None)
         return time.perf_counter() - start
 
     def explanation() -> Any:
@@ -629,7 +652,7 @@ def python_section(rounds: int, budget: float | None) -> tuple[list[str], bool]:
                 floor_pass(*fresh(model, x), mode, do_nothing)
 
         def traced_capture() -> None:
-            state["explanation"] = explain(model, x)
+            state["explanation"] = explain(model, x, threads=None)
 
         peaks: list[float] = []
         held = 0.0
@@ -717,7 +740,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--torch-threads", type=int, default=1,
                         help="torch.set_num_threads for the Python API section (default 1; "
                              "0: torch's own default)")
-    parser.add_argument("--only", choices=["startup", "walk", "session", "scaling", "python"],
+    parser.add_argument("--only", choices=["startup", "walk", "session", "scaling", "python",
+                                           "threads"],
                         action="append",
                         help="run only this section (repeatable)")
     args = parser.parse_args(argv)
@@ -730,12 +754,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("rounds must be at least 1")
     if args.torch_threads < 0:
         parser.error("--torch-threads must be 0 (torch's default) or more")
-    sections = args.only or ["startup", "walk", "session", "scaling", "python"]
+    sections = args.only or ["startup", "walk", "session", "scaling", "python", "threads"]
 
     os.chdir(REPO)
     gx, gx_note = launcher()
     py = sys.executable
-    section_rounds = {"scaling": scaling_rounds, "python": python_rounds}
+    section_rounds = {"scaling": scaling_rounds, "python": python_rounds,
+                      "threads": scaling_rounds}
     shown_rounds = {name: section_rounds.get(name, rounds) for name in sections}
     out = header(gx_note, gx, shown_rounds)
     print("\n".join(out), flush=True)
@@ -795,6 +820,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         lines, ran = python_section(python_rounds, budget)
         print("\n" + "\n".join(lines), flush=True)
         all_ran = all_ran and ran
+    if "threads" in sections:
+        with tempfile.TemporaryDirectory(prefix="gradexplain-bench-") as tmp:
+            lines, ran = threads_section(gx, scaling_rounds, Path(tmp))
+        print("\n" + "\n".join(lines), flush=True)
+        all_ran = all_ran and ran
+
     if hasattr(os, "getloadavg"):
         load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
         print(f"\nLoad average at the end: {load} (on {os.cpu_count()} CPUs).", flush=True)

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from gradexplain.errors import UsageError
 from gradexplain.session import Session
+from gradexplain.threads import DEFAULT_THREADS, check_threads
 
 if TYPE_CHECKING:
     import torch
@@ -92,19 +93,23 @@ class Explanation:
 
 
 def explain(model: nn.Module | Any, *inputs: torch.Tensor | Sequence[int], loss: str = "sum",
-            max_values: int | None = PYTHON_MAX_VALUES, name: str | None = None) -> Explanation:
+            max_values: int | None = PYTHON_MAX_VALUES, name: str | None = None,
+            threads: int | None = DEFAULT_THREADS) -> Explanation:
     """Walk `model` on `inputs` with every hook: which derivative each hook argument is.
 
     `model` is an nn.Module or a zero-argument function returning one; each input is a tensor
     (copied; floating ones require grad) or a shape such as (4, 3), filled with seeded randn.
     `loss` is "sum" or "mean" of the output, the scalar backpropagated. Tensors above
-    `max_values` elements are recorded as summaries. Raises a GradexplainError subclass for
-    bad input (its message says what to fix).
+    `max_values` elements are recorded as summaries. torch runs with `threads` intra-op
+    threads (one by default, see `gradexplain.threads`; None keeps yours), and your setting is
+    restored afterwards. Raises a GradexplainError subclass for bad input (its message says
+    what to fix).
     """
     import torch
 
     from gradexplain.pymodel import InputShape, as_module, check_arity, random_inputs
 
+    check_threads(threads, "explain(): threads=")
     title = name or getattr(model, "__name__", None) or type(model).__name__
     target = f"{title} (Python)"
     module = as_module(model, target)
@@ -118,11 +123,13 @@ def explain(model: nn.Module | Any, *inputs: torch.Tensor | Sequence[int], loss:
             raise UsageError(f"explain(): input {index} is a {type(item).__name__}; give a "
                              "tensor or a shape such as (4, 3)")
     check_arity(module, len(tensors), target)
-    return Explanation(_capture(module, tuple(tensors), target, loss, max_values, None))
+    return Explanation(_capture(module, tuple(tensors), target, loss, max_values, None, None,
+                                threads))
 
 
 def run_target(target: str, shapes: Sequence[str], inputs_file: Path | None, loss: str,
-               max_values: int | None, progress: Progress | None = None) -> Session:
+               max_values: int | None, progress: Progress | None = None,
+               threads: int | None = DEFAULT_THREADS) -> Session:
     """`gradexplain walk FILE.py:NAME --input 4x3`: load the model (running the user's code,
     by their choice), make or load its inputs, and capture the session."""
     from gradexplain.pymodel import (
@@ -143,19 +150,21 @@ def run_target(target: str, shapes: Sequence[str], inputs_file: Path | None, los
              else " ".join(f"--input {item.text}" for item in parsed))
     command = f"gradexplain walk {target} {given} --loss {loss}"
     return _capture(model, tensors, target, loss,
-                    PYTHON_MAX_VALUES if max_values is None else max_values, command, progress)
+                    PYTHON_MAX_VALUES if max_values is None else max_values, command, progress,
+                    threads)
 
 
 def _capture(model: nn.Module, inputs: tuple[torch.Tensor, ...], target: str, loss: str,
              max_values: int | None, command: str | None,
-             progress: Progress | None = None) -> Session:
+             progress: Progress | None, threads: int | None) -> Session:
     from gradexplain.derive import capture
     from gradexplain.pymodel import python_source
 
     if loss not in ("sum", "mean"):
         raise UsageError(f"loss {loss!r}: use 'sum' or 'mean'")
     source = python_source(model, inputs, target, loss, command)  # type: ignore[arg-type]
-    return capture(source.spec, target, source.description, source.build, max_values, progress)
+    return capture(source.spec, target, source.description, source.build, max_values, progress,
+                   threads)
 
 
 __all__ = ["Explanation", "explain", "run_target"]

@@ -20,6 +20,7 @@ import typer
 
 from gradexplain import __version__
 from gradexplain.errors import GradexplainError, UsageError
+from gradexplain.threads import DEFAULT_THREADS, MAX_THREADS
 
 # torch (its torch.func part) warns on import when numpy is missing; gradexplain never uses
 # numpy, and the warning would land in the middle of walk's output on a fresh machine.
@@ -182,16 +183,27 @@ MaxValuesOption = Annotated[
                  "10000; 1000 for Python models, whose activations are large.",
                  show_default=False),
 ]
+ThreadsOption = Annotated[
+    int | None,
+    typer.Option("--threads", min=1, max=MAX_THREADS, help=f"torch's intra-op threads for the "
+                 f"run. Default {DEFAULT_THREADS}: tiny models gain nothing from more, and with "
+                 "one the output is the same whatever OMP_NUM_THREADS says.",
+                 show_default=False),
+]
 
 
 @dataclass(frozen=True)
 class ModelOptions:
-    """How to run a Python model given on the command line (ignored for a YAML spec)."""
+    """How to run the spec or the Python model given on the command line (the inputs and the
+    loss are for a Python model only; a YAML spec declares its own)."""
 
     inputs: tuple[str, ...] = ()
     inputs_file: Path | None = None
     loss: str | None = None
     max_values: int | None = None
+    threads: int | None = None
+
+
 LoadOption = Annotated[
     Path | None,
     typer.Option("--load", help="Render a session saved by `walk --save` instead of running "
@@ -242,6 +254,7 @@ def walk(
     inputs_file: InputsOption = None,
     loss: LossOption = None,
     max_values: MaxValuesOption = None,
+    threads: ThreadsOption = None,
 ) -> None:
     """Run SPEC with every hook and say which derivative each hook argument is.
 
@@ -256,7 +269,8 @@ def walk(
     """
     from gradexplain.render.select import select
 
-    session = _session(spec, load, _model_options(input_shapes, inputs_file, loss, max_values))
+    session = _session(spec, load, _model_options(input_shapes, inputs_file, loss, max_values,
+                                                  threads))
     if save is not None:
         from gradexplain.session import save_session
 
@@ -305,6 +319,7 @@ def diff(
     inputs_file: InputsOption = None,
     loss: LossOption = None,
     max_values: MaxValuesOption = None,
+    threads: ThreadsOption = None,
 ) -> None:
     """Legacy vs full backward hooks, module by module, argument by argument.
 
@@ -316,7 +331,8 @@ def diff(
     """
     from gradexplain.diff import compare
 
-    session = _session(spec, load, _model_options(input_shapes, inputs_file, loss, max_values))
+    session = _session(spec, load, _model_options(input_shapes, inputs_file, loss, max_values,
+                                                  threads))
     _check_module(session, module)
     result = compare(session)
     if module is not None:
@@ -359,6 +375,7 @@ def report(
     inputs_file: InputsOption = None,
     loss: LossOption = None,
     max_values: MaxValuesOption = None,
+    threads: ThreadsOption = None,
 ) -> None:
     """Write a self-contained markdown report of SPEC, readable on GitHub.
 
@@ -377,7 +394,8 @@ def report(
             raise UsageError("--all needs -o FOLDER for the reports and their index.md")
         _report_all(all_specs, output)
         return
-    session = _session(spec, load, _model_options(input_shapes, inputs_file, loss, max_values))
+    session = _session(spec, load, _model_options(input_shapes, inputs_file, loss, max_values,
+                                                  threads))
     text = report_markdown(session)
     if output is None:
         typer.echo(text, nl=False)
@@ -424,9 +442,9 @@ def _report_all(folder: Path, output: Path) -> None:
 
 
 def _model_options(shapes: list[str] | None, inputs_file: Path | None, loss: LossChoice | None,
-                   max_values: int | None) -> ModelOptions:
+                   max_values: int | None, threads: int | None) -> ModelOptions:
     return ModelOptions(tuple(shapes or ()), inputs_file, None if loss is None else loss.value,
-                        max_values)
+                        max_values, threads)
 
 
 def _session(spec: str | None, load: Path | None,
@@ -440,19 +458,23 @@ def _session(spec: str | None, load: Path | None,
                                             ("--inputs", options.inputs_file),
                                             ("--loss", options.loss)) if given]
     if load is not None:
-        if python_only or options.max_values is not None:
+        run_only = python_only + [flag for flag, given in (
+            ("--max-values", options.max_values), ("--threads", options.threads))
+            if given is not None]
+        if run_only:
             raise UsageError("--load renders a saved session as it was captured: leave out "
-                             f"{', '.join(python_only or ['--max-values'])}")
+                             f"{', '.join(run_only)}")
         from gradexplain.session import load_session
 
         return load_session(load)
     assert spec is not None
+    threads = DEFAULT_THREADS if options.threads is None else options.threads
     if _is_python(spec):
         from gradexplain.api import run_target
 
         with _progress_bar() as progress:
             return run_target(spec, options.inputs, options.inputs_file, options.loss or "sum",
-                              options.max_values, progress)
+                              options.max_values, progress, threads)
     if python_only:
         raise UsageError(f"{', '.join(python_only)}: only for a Python model (FILE.py:NAME); "
                          "a YAML spec declares its own inputs and backward")
@@ -465,7 +487,8 @@ def _session(spec: str | None, load: Path | None,
     from gradexplain.derive import capture
 
     with _progress_bar() as progress:
-        return capture(checked, spec, text, max_values=options.max_values, progress=progress)
+        return capture(checked, spec, text, max_values=options.max_values, progress=progress,
+                       threads=threads)
 
 
 @contextmanager

@@ -27,6 +27,7 @@ from gradexplain.rules import local_derivatives
 from gradexplain.session import Session, forward_steps
 from gradexplain.spec.expr import BinOp, Name, Number
 from gradexplain.spec.model import ModelSpec
+from gradexplain.threads import DEFAULT_THREADS, torch_threads
 from gradexplain.torch_errors import Attempt, explain
 from gradexplain.trace import tensor_value, trace, value_limit
 from gradexplain.trace_data import Event, PassTrace, TensorValue, canonical_name
@@ -62,12 +63,14 @@ Progress = Callable[[str], None]
 
 
 def capture(spec: ModelSpec, spec_path: str, spec_text: str, make: Builder | None = None,
-            max_values: int | None = None, progress: Progress | None = None) -> Session:
+            max_values: int | None = None, progress: Progress | None = None,
+            threads: int | None = DEFAULT_THREADS) -> Session:
     """Everything a renderer needs about the spec's run, to render now or save for later.
     `make` builds a Python model (see `pymodel`); a YAML spec is built from the spec.
     Tensors above `max_values` elements are recorded as summaries (default 10,000).
-    `progress` is told each stage of STAGES as it starts."""
-    with value_limit(max_values), _collector_paused():
+    `progress` is told each stage of STAGES as it starts. torch runs with `threads` intra-op
+    threads (None: as the caller has it), and the caller's setting is restored afterwards."""
+    with torch_threads(threads), value_limit(max_values), _collector_paused():
         result, traces = _walk(spec, spec_path, make, progress or _silent)
     return Session(spec_text, tuple(item.name for item in spec.inputs), forward_steps(spec),
                    traces, result)

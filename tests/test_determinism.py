@@ -2,8 +2,10 @@
 spec and every output (walk as text at a fixed width, JSON and markdown; diff; report).
 
 Each process runs the real entry point (`gradexplain.cli.main`) once per spec and output and
-writes what it printed to a folder; the two processes run with different hash seeds, so output
-that depended on the order of a set or of a dict built from one would differ between them.
+writes what it printed to a folder. The two processes run with different hash seeds, so output
+that depended on the order of a set or of a dict built from one would differ between them, and
+with different thread settings (OMP_NUM_THREADS and MKL_NUM_THREADS 1 and 2), so output that
+depended on how torch split its work between threads would too.
 """
 
 from __future__ import annotations
@@ -50,9 +52,10 @@ for spec in specs:
 """
 
 
-def run_all(out: Path, hash_seed: str) -> subprocess.Popen[str]:
+def run_all(out: Path, hash_seed: str, threads: str) -> subprocess.Popen[str]:
     out.mkdir()
-    env = {**os.environ, "PYTHONHASHSEED": hash_seed, "NO_COLOR": "1", "COLUMNS": "100"}
+    env = {**os.environ, "PYTHONHASHSEED": hash_seed, "NO_COLOR": "1", "COLUMNS": "100",
+           "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
     return subprocess.Popen(
         [sys.executable, "-c", CHILD, str(out), ",".join(SPEC_FILES), json.dumps(COMMANDS)],
         cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -62,7 +65,7 @@ def run_all(out: Path, hash_seed: str) -> subprocess.Popen[str]:
 def test_every_output_is_byte_identical_across_processes(tmp_path: Path) -> None:
     first, second = tmp_path / "first", tmp_path / "second"
     # Side by side: the two runs take a minute between them on one CPU, half that on two.
-    children = [run_all(first, "1"), run_all(second, "2")]
+    children = [run_all(first, "1", threads="1"), run_all(second, "2", threads="2")]
     for child in children:
         _, stderr = child.communicate(timeout=900)
         assert child.returncode == 0, stderr
@@ -75,7 +78,7 @@ def test_every_output_is_byte_identical_across_processes(tmp_path: Path) -> None
         if one != other:
             changes = "".join(list(difflib.unified_diff(
                 one.splitlines(keepends=True), other.splitlines(keepends=True),
-                "hash seed 1", "hash seed 2"))[:40])
+                "hash seed 1, 1 thread", "hash seed 2, 2 threads"))[:40])
             raise AssertionError(f"{name} differs between processes:\n{changes}")
         # Something real was compared: every spec walks (exit 0) with output on stdout.
         head, _, rest = one.partition("\n")
