@@ -80,6 +80,20 @@ FINDINGS = [
             ("torch refused the step",
              "in step 'y = sum(x ** 2 ** 1000)': " + raised_by(
                  lambda: torch.tensor([1.0, 2.0], requires_grad=True) ** 2 ** 1000)), "walk"),
+    # User text quoted whole in a message: a 500-character layer class (found by the fuzzer
+    # under another hypothesis release), key, dtype, hook, action, step or top-level scalar.
+    Finding("long_unknown_layer", HEAD + "layers:\n  open: " + "L" * 500 + "\n" + TAIL,
+            ("unknown layer 'LLLL", "...'",)),
+    Finding("long_unknown_key", HEAD + "K" * 500 + ": 1\n" + TAIL, ("unknown key 'KKKK", "...'")),
+    Finding("long_unknown_dtype", "dtype: " + "d" * 500 + "\n" + HEAD + TAIL,
+            ("unknown dtype 'dddd", "...'")),
+    Finding("long_unknown_hook", HEAD + TAIL + "interventions:\n  - {hook: " + "h" * 500
+            + ", on: '', action: zero}\n", ("unknown hook 'hhhh", "...'")),
+    Finding("long_unknown_action", HEAD + TAIL + "interventions:\n  - {hook: backward, on: '', "
+            "action: " + "a" * 500 + "}\n", ("unknown action 'aaaa", "...'")),
+    Finding("long_step_without_assignment", HEAD + "forward: ['" + "x + " * 120 + "x']\n"
+            "backward: y\n", ("a step is `name = expression`, got 'x + x", "...'")),
+    Finding("long_top_level_scalar", "s" * 500 + "\n", ("the scalar 'ssss", "...'")),
     # Limits said "schema error" and gave no way out.
     Finding("step_too_long", HEAD + "forward: ['y = " + " + ".join(["x"] * 400) + "']\n"
             "backward: y\n", ("too large", "the step has 1,601 characters", "split it")),

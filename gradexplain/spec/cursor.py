@@ -10,7 +10,7 @@ import math
 from collections.abc import Sequence
 from typing import NoReturn
 
-from gradexplain.errors import Location, SpecError, SpecSchemaError, show_number
+from gradexplain.errors import Location, SpecError, SpecSchemaError, quoted, show_number
 from gradexplain.spec.catalogue import did_you_mean
 from gradexplain.spec.expr import LARGEST_NUMBER
 from gradexplain.spec.yamlio import Document, KeyPath
@@ -71,7 +71,8 @@ class Cursor:
                 place = self.doc.where_key((*self.path, key))
                 choices = ", ".join(allowed)
                 raise SpecSchemaError(
-                    f"unknown key {key!r}{did_you_mean(key, allowed)} (allowed here: {choices})",
+                    f"unknown key {quoted(key)}{did_you_mean(key, allowed)} "
+                    f"(allowed here: {choices})",
                     place,
                 )
         for key in required:

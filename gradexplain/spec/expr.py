@@ -142,7 +142,7 @@ def parse_step(text: str, where: Location) -> Assignment:
     statements = module.body
     if len(statements) != 1 or not isinstance(statements[0], ast.Assign):
         raise SpecSchemaError(
-            f"a step is `name = expression`, got {text.strip()!r}", where
+            f"a step is `name = expression`, got {quoted(text.strip())}", where
         )
     statement = statements[0]
     parser = _Parser(where.shifted(_leading(text)))

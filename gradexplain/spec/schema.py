@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from gradexplain.errors import Location, SpecLimitError, SpecSchemaError
+from gradexplain.errors import Location, SpecLimitError, SpecSchemaError, quoted
 from gradexplain.spec.catalogue import LAYERS, Param, did_you_mean
 from gradexplain.spec.cursor import Cursor, describe
 from gradexplain.spec.expr import check_identifier, parse_step
@@ -115,7 +115,7 @@ class _Reader:
         for dtype in DTYPES:
             if text == dtype:
                 return dtype
-        cursor.fail(f"unknown dtype {text!r}{did_you_mean(text, DTYPES)} "
+        cursor.fail(f"unknown dtype {quoted(text)}{did_you_mean(text, DTYPES)} "
                     f"(one of {', '.join(DTYPES)})")
 
     # --- tensors ---------------------------------------------------------------------------
@@ -258,7 +258,7 @@ class _Reader:
         if rule is None:
             where = kind_cursor.where_key() if options is not None else kind_cursor.where()
             raise SpecSchemaError(
-                f"unknown layer {kind!r}{did_you_mean(kind, list(LAYERS))} "
+                f"unknown layer {quoted(kind)}{did_you_mean(kind, list(LAYERS))} "
                 f"(available: {', '.join(LAYERS)})",
                 where,
             )
@@ -357,11 +357,11 @@ class _Reader:
                                      "action: normalize}")
         hook = fields["hook"].text("a hook kind")
         if hook not in HOOKS:
-            fields["hook"].fail(f"unknown hook {hook!r}{did_you_mean(hook, HOOKS)} "
+            fields["hook"].fail(f"unknown hook {quoted(hook)}{did_you_mean(hook, HOOKS)} "
                                 f"(one of {', '.join(HOOKS)})")
         action = fields["action"].text("an action")
         if action not in ACTIONS:
-            fields["action"].fail(f"unknown action {action!r}{did_you_mean(action, ACTIONS)} "
+            fields["action"].fail(f"unknown action {quoted(action)}{did_you_mean(action, ACTIONS)} "
                                   f"(one of {', '.join(ACTIONS)})")
         factor = fields["factor"].number() if "factor" in fields else None
         low = fields["min"].number() if "min" in fields else None

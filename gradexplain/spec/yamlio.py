@@ -25,6 +25,7 @@ from gradexplain.errors import (
     SpecSafetyError,
     SpecSchemaError,
     SpecSyntaxError,
+    quoted,
 )
 
 MAX_FILE_BYTES = 1_000_000
@@ -147,7 +148,8 @@ def parse_document(text: str, file: str) -> Document:
     walker = _Walker(file)
     data = walker.walk(node, (), 0)
     if not isinstance(data, dict):
-        kind = "a list" if isinstance(data, list) else f"the scalar {data!r}"
+        kind = ("a list" if isinstance(data, list)
+                else f"the scalar {quoted(data) if isinstance(data, str) else repr(data)}")
         raise SpecSyntaxError(
             f"the top level must be a mapping (`key: value` lines), found {kind}",
             Location(file, node.start_mark.line + 1, node.start_mark.column + 1),
