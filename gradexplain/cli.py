@@ -50,8 +50,10 @@ app = typer.Typer(
 _state = {"traceback": False}
 
 
-def _version(value: bool) -> None:
-    if value:
+def _version(ctx: typer.Context, value: bool) -> None:
+    # Eager callbacks can run while the shell asks for completions too (click's resilient
+    # parsing; typer 0.15 lets them): printing the version there would offer it as one.
+    if value and not ctx.resilient_parsing:
         typer.echo(f"gradexplain {__version__}")
         raise typer.Exit()
 
@@ -204,6 +206,7 @@ class ModelOptions:
     threads: int | None = None
 
 
+NO_OPTIONS = ModelOptions()
 LoadOption = Annotated[
     Path | None,
     typer.Option("--load", help="Render a session saved by `walk --save` instead of running "
@@ -448,7 +451,7 @@ def _model_options(shapes: list[str] | None, inputs_file: Path | None, loss: Los
 
 
 def _session(spec: str | None, load: Path | None,
-             options: ModelOptions = ModelOptions()) -> Session:
+             options: ModelOptions = NO_OPTIONS) -> Session:
     """Run the spec or the Python model (torch), or load a saved session (no torch): exactly
     one of the two."""
     if (spec is None) == (load is None):
