@@ -1,12 +1,13 @@
 """How many threads torch computes with during a capture: the default, its bound, and the one
 place that sets it (and puts the caller's setting back).
 
-One intra-op thread unless the caller asks otherwise. Tiny models gain nothing from threads: a
-walk of a 50-layer MLP took 14-52 s with torch's default threads on a busy 2-core machine, and
-3.3-4.8 s with one. And the last bits of a matmul or a reduction depend on how the work is split
-between threads: with one, the same spec gives the same bytes whatever OMP_NUM_THREADS or
-MKL_NUM_THREADS say. torch is imported only when a count is set, so this module is as light as
-the command line's start-up needs.
+One intra-op thread unless the caller asks otherwise. Tiny models gain nothing from threads,
+and on a busy machine they stall: a walk of a 50-layer MLP took 14-52 s with torch's default
+threads on a busy 2-core machine, and 3.3-4.8 s with one (`python bench/bench.py --only
+threads` measures it side by side). And the last bits of a matmul or a reduction depend on
+how the work is split between threads: with one, the same spec gives the same bytes whatever
+OMP_NUM_THREADS or MKL_NUM_THREADS say. torch is imported only when a count is set, so this
+module is as light as the command line's start-up needs.
 """
 
 from __future__ import annotations
@@ -21,16 +22,15 @@ DEFAULT_THREADS = 1
 MAX_THREADS = 1024
 
 
-def check_threads(threads: int | None, what: str) -> int | None:
-    """`threads` if it is None or a whole number from 1 to MAX_THREADS, else a UsageError
-    naming `what` (the option or parameter the user gave)."""
+def check_threads(threads: int | None, what: str) -> None:
+    """A UsageError naming `what` (the option or parameter the user gave) unless `threads` is
+    None or a whole number from 1 to MAX_THREADS."""
     if threads is None:
-        return None
+        return
     if isinstance(threads, bool) or not isinstance(threads, int) or not (
             1 <= threads <= MAX_THREADS):
         raise UsageError(f"{what} {threads!r}: give a whole number from 1 to {MAX_THREADS:,} "
                          f"({DEFAULT_THREADS}, the default, suits tiny models best)")
-    return threads
 
 
 @contextmanager

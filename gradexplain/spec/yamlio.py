@@ -7,8 +7,8 @@ keys reported instead of silently overwritten, bounds on size and depth, and a l
 key and value so later stages can point at the exact spot.
 
 Depth is bounded before anything is composed, from the parser's event stream: composing is
-recursive (the C composer of PyYAML before 6.0.4 overflowed the stack at 30,000 levels), and
-libyaml since 6.0.4 refuses 1,000 levels in its own words. Either way the user gets our line.
+recursive, so a deep enough file can overflow the stack (a segfault at 30,000 levels was seen),
+and libyaml since PyYAML 6.0.4 refuses 1,000 levels in its own words. The user gets our line.
 """
 
 from __future__ import annotations
@@ -279,9 +279,9 @@ class _Walker:
         if depth > MAX_DEPTH:  # still reachable through an alias of a deep anchor
             raise _too_deep(self._here(node, path))
         self._check_tag(node, path)
-        quoted = isinstance(node, yaml.ScalarNode) and node.style in ("'", '"')
+        is_quoted = isinstance(node, yaml.ScalarNode) and node.style in ("'", '"')
         self.value_places[path] = Place(
-            node.start_mark.line + 1, node.start_mark.column + 1, quoted
+            node.start_mark.line + 1, node.start_mark.column + 1, is_quoted
         )
         if isinstance(node, yaml.MappingNode):
             return self._mapping(node, path, depth)
