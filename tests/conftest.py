@@ -56,11 +56,17 @@ def write_spec(tmp_path: Path) -> Callable[[str, str], Path]:
 @functools.cache
 def captured(spec_file: str) -> Session:
     """One capture per spec for the whole test run: the renderers' tests all read it."""
-    from gradexplain.derive import capture
-    from gradexplain.spec import load_spec_text, read_spec_text
+    from gradexplain.spec import read_spec_text
 
     name = f"specs/{spec_file}"
-    text = read_spec_text(SPECS / spec_file)
+    return capture_text(read_spec_text(SPECS / spec_file), name)
+
+
+def capture_text(text: str, name: str) -> Session:
+    """The session `gradexplain walk` captures for spec text `text` read from file `name`."""
+    from gradexplain.derive import capture
+    from gradexplain.spec import load_spec_text
+
     return capture(load_spec_text(text, name), name, text)
 
 

@@ -407,7 +407,7 @@ def test_deep_nesting_through_the_command_line(write_spec: Callable[[str], Path]
     assert "nested too deeply" in result.stderr
 
 
-def test_nesting_at_the_bound_is_read(write_spec: Callable[[str], Path]) -> None:
+def test_nesting_at_the_bound_is_read() -> None:
     from gradexplain.spec.yamlio import parse_document
 
     document = parse_document("about: " + "[" * (YAML_DEPTH - 1) + "]" * (YAML_DEPTH - 1),

@@ -14,7 +14,6 @@ import copy
 import difflib
 import functools
 import json
-import re
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -38,7 +37,8 @@ from gradexplain.schemas import FILES, SchemaName, load_schema
 from gradexplain.session import SCHEMA as SESSION_SCHEMA
 from gradexplain.session import Session, session_json
 from tests import schemagen
-from tests.conftest import REPO, SPECS, captured, run_cli
+from tests.conftest import REPO, SPECS, capture_text, captured, run_cli
+from tests.mdcheck import fences
 
 JSON = dict[str, Any]
 KeyPath = list[str | int]
@@ -160,13 +160,6 @@ def documents(session: Session) -> dict[str, tuple[SchemaName, JSON]]:
         "diff": ("diff", parsed(diff_json(compare(session)))),
         "session": ("session", parsed(session_json(session))),
     }
-
-
-def capture_text(text: str, name: str) -> Session:
-    from gradexplain.derive import capture
-    from gradexplain.spec import load_spec_text
-
-    return capture(load_spec_text(text, name), name, text)
 
 
 def walk_items(data: Any, path: KeyPath | None = None) -> Iterator[tuple[KeyPath, Any]]:
@@ -477,13 +470,8 @@ def test_schemas_load_without_torch() -> None:
 # --- docs/json.md -----------------------------------------------------------------------------
 
 
-def fences(language: str) -> list[str]:
-    text = DOCS.read_text(encoding="utf-8")
-    return re.findall(rf"^```{language}\n(.*?)^```$", text, flags=re.DOTALL | re.MULTILINE)
-
-
 def test_docs_json_examples_validate() -> None:
-    examples = [json.loads(block) for block in fences("json")]
+    examples = [json.loads(block) for block in fences(DOCS.read_text(encoding="utf-8"), "json")]
     kinds = {name: 0 for name in SCHEMA_IDS}
     for example in examples:
         name = next(name for name, schema_id in SCHEMA_IDS.items()
@@ -505,7 +493,8 @@ def test_docs_name_every_key_of_the_hand_built_parts() -> None:
 
 
 def test_docs_validation_snippet_works(tmp_path: Path) -> None:
-    snippet = next(block for block in fences("python") if "jsonschema" in block)
+    snippet = next(block for block in fences(DOCS.read_text(encoding="utf-8"), "python")
+                   if "jsonschema" in block)
     document = walk_document(captured("two_modules.yaml"), order=False)
     (tmp_path / "walk.json").write_text(json.dumps(document), encoding="utf-8")
     done = subprocess.run([sys.executable, "-c", snippet], cwd=tmp_path, capture_output=True,
