@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gradexplain.errors import UsageError
-from gradexplain.session import Session
+from gradexplain.records.session import Session
 from gradexplain.threads import DEFAULT_THREADS, check_threads
 
 if TYPE_CHECKING:
@@ -26,9 +26,9 @@ if TYPE_CHECKING:
     from rich.console import RenderableType
     from torch import nn
 
-    from gradexplain.derive import Progress
-    from gradexplain.diff import HookDiff
-    from gradexplain.walk_data import Failure, Walk
+    from gradexplain.analysis.diff import HookDiff
+    from gradexplain.capture.pipeline import Progress
+    from gradexplain.records.walk import Failure, Walk
 
 # Python models' activations are large: copying every value of each is what makes a walk slow.
 PYTHON_MAX_VALUES = 1_000
@@ -69,7 +69,7 @@ class Explanation:
 
     def diff(self) -> HookDiff:
         """Legacy vs full hooks, module by module, as `gradexplain diff` computes it."""
-        from gradexplain.diff import compare
+        from gradexplain.analysis.diff import compare
 
         return compare(self.session)
 
@@ -81,7 +81,7 @@ class Explanation:
 
     def save(self, path: str | Path) -> None:
         """Save the session, for `gradexplain walk --load FILE` (and diff, report)."""
-        from gradexplain.session import save_session
+        from gradexplain.records.session import save_session
 
         save_session(self.session, Path(path))
 
@@ -107,7 +107,7 @@ def explain(model: nn.Module | Any, *inputs: torch.Tensor | Sequence[int], loss:
     """
     import torch
 
-    from gradexplain.pymodel import InputShape, as_module, check_arity, random_inputs
+    from gradexplain.capture.pymodel import InputShape, as_module, check_arity, random_inputs
 
     check_threads(threads, "explain(): threads=")
     title = name or getattr(model, "__name__", None) or type(model).__name__
@@ -132,7 +132,7 @@ def run_target(target: str, shapes: Sequence[str], inputs_file: Path | None, los
                threads: int | None = DEFAULT_THREADS) -> Session:
     """`gradexplain walk FILE.py:NAME --input 4x3`: load the model (running the user's code,
     by their choice), make or load its inputs, and capture the session."""
-    from gradexplain.pymodel import (
+    from gradexplain.capture.pymodel import (
         check_arity,
         load_inputs,
         load_model,
@@ -157,8 +157,8 @@ def run_target(target: str, shapes: Sequence[str], inputs_file: Path | None, los
 def _capture(model: nn.Module, inputs: tuple[torch.Tensor, ...], target: str, loss: str,
              max_values: int | None, command: str | None,
              progress: Progress | None, threads: int | None) -> Session:
-    from gradexplain.derive import capture
-    from gradexplain.pymodel import python_source
+    from gradexplain.capture.pipeline import capture
+    from gradexplain.capture.pymodel import python_source
 
     if loss not in ("sum", "mean"):
         raise UsageError(f"loss {loss!r}: use 'sum' or 'mean'")

@@ -29,9 +29,9 @@ warnings.filterwarnings("ignore", message="Failed to initialize NumPy", category
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
-    from gradexplain.order import FiringOrder
-    from gradexplain.session import Session
-    from gradexplain.trace_data import HookKind, Mode
+    from gradexplain.analysis.order import FiringOrder
+    from gradexplain.records.session import Session
+    from gradexplain.records.trace import HookKind, Mode
 
 app = typer.Typer(
     name="gradexplain",
@@ -91,8 +91,8 @@ def validate(
 
 def _validate_files(paths: list[Path]) -> int:
     """Print a summary line per good spec and an error line per bad one; the exit code."""
+    from gradexplain.language import load_spec
     from gradexplain.render.summary import validate_line
-    from gradexplain.spec import load_spec
 
     failed = False
     for path in paths:
@@ -275,7 +275,7 @@ def walk(
     session = _session(spec, load, _model_options(input_shapes, inputs_file, loss, max_values,
                                                   threads))
     if save is not None:
-        from gradexplain.session import save_session
+        from gradexplain.records.session import save_session
 
         save_session(session, save)
     _check_module(session, module)
@@ -285,7 +285,7 @@ def walk(
     shown = select(session.walk, modes, module, kinds)
     orders = _orders(session, modes) if order else []
     if output_format is Format.json:
-        from gradexplain.codec import to_data
+        from gradexplain.records.codec import to_data
         from gradexplain.render.json_walk import walk_json
 
         document = walk_json(shown)
@@ -295,14 +295,14 @@ def walk(
     elif output_format is Format.markdown:
         from gradexplain.render.markdown import blocks
         from gradexplain.render.markdown_walk import walk_markdown
-        from gradexplain.render.order_render import order_markdown
+        from gradexplain.render.order import order_markdown
 
         typer.echo(blocks(walk_markdown(shown), *(order_markdown(item, 2) for item in orders)),
                    nl=False)
     else:
         from rich.console import Group
 
-        from gradexplain.render.order_render import order_text
+        from gradexplain.render.order import order_text
         from gradexplain.render.text_walk import walk_text
 
         _echo_rich(Group(walk_text(shown, collapse=not all_blocks),
@@ -332,7 +332,7 @@ def diff(
     that never fire, zeros and None), and a verdict in plain words. JSON output is schema
     gradexplain.diff/1. Exit 0, or 1 when a label failed its check, 2 for bad input.
     """
-    from gradexplain.diff import compare
+    from gradexplain.analysis.diff import compare
 
     session = _session(spec, load, _model_options(input_shapes, inputs_file, loss, max_values,
                                                   threads))
@@ -467,7 +467,7 @@ def _session(spec: str | None, load: Path | None,
         if run_only:
             raise UsageError("--load renders a saved session as it was captured: leave out "
                              f"{', '.join(run_only)}")
-        from gradexplain.session import load_session
+        from gradexplain.records.session import load_session
 
         return load_session(load)
     assert spec is not None
@@ -481,13 +481,13 @@ def _session(spec: str | None, load: Path | None,
     if python_only:
         raise UsageError(f"{', '.join(python_only)}: only for a Python model (FILE.py:NAME); "
                          "a YAML spec declares its own inputs and backward")
-    from gradexplain.spec import load_spec_text, read_spec_text
+    from gradexplain.language import load_spec_text, read_spec_text
 
     # One read: the session keeps exactly the text that was run.
     text = read_spec_text(Path(spec))
     checked = load_spec_text(text, spec)
     # Only a good spec pays for importing torch: a bad one is reported in a fraction of the time.
-    from gradexplain.derive import capture
+    from gradexplain.capture.pipeline import capture
 
     with _progress_bar() as progress:
         return capture(checked, spec, text, max_values=options.max_values, progress=progress,
@@ -504,7 +504,7 @@ def _progress_bar() -> Iterator[Callable[[str], None] | None]:
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from gradexplain.derive import STAGES
+    from gradexplain.capture.pipeline import STAGES
 
     columns = (TextColumn("{task.description:<16}"), BarColumn(), TimeElapsedColumn())
     with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
@@ -537,7 +537,7 @@ def _check_module(session: Session, module: str | None) -> None:
 
 def _orders(session: Session, modes: tuple[Mode, ...]) -> list[FiringOrder]:
     """The firing order of each pass in `modes`: its first call that made any hook call."""
-    from gradexplain.order import first_firing_order
+    from gradexplain.analysis.order import first_firing_order
 
     traces = [session.trace(mode) for mode in modes]
     return [order for order in (first_firing_order(trace) for trace in traces if trace)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gradexplain.session import Session
+from gradexplain.records.session import Session
 from tests.printed import first_mismatch
 
 REPO = Path(__file__).resolve().parent.parent
@@ -56,7 +56,7 @@ def write_spec(tmp_path: Path) -> Callable[[str, str], Path]:
 @functools.cache
 def captured(spec_file: str) -> Session:
     """One capture per spec for the whole test run: the renderers' tests all read it."""
-    from gradexplain.spec import read_spec_text
+    from gradexplain.language import read_spec_text
 
     name = f"specs/{spec_file}"
     return capture_text(read_spec_text(SPECS / spec_file), name)
@@ -64,8 +64,8 @@ def captured(spec_file: str) -> Session:
 
 def capture_text(text: str, name: str) -> Session:
     """The session `gradexplain walk` captures for spec text `text` read from file `name`."""
-    from gradexplain.derive import capture
-    from gradexplain.spec import load_spec_text
+    from gradexplain.capture.pipeline import capture
+    from gradexplain.language import load_spec_text
 
     return capture(load_spec_text(text, name), name, text)
 

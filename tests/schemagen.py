@@ -19,14 +19,14 @@ import types
 import typing
 from typing import Any, Union
 
-from gradexplain.diff import FindingKind
-from gradexplain.order import FiringOrder
+from gradexplain.analysis.diff import FindingKind
+from gradexplain.analysis.order import FiringOrder
+from gradexplain.records.session import SCHEMA as SESSION_SCHEMA
+from gradexplain.records.session import Session
+from gradexplain.records.trace import HookKind, Mode, Phase
+from gradexplain.records.walk import Layout, Lessons, RunStep
 from gradexplain.render.json_diff import SCHEMA as DIFF_SCHEMA
 from gradexplain.render.json_walk import SCHEMA as WALK_SCHEMA
-from gradexplain.session import SCHEMA as SESSION_SCHEMA
-from gradexplain.session import Session
-from gradexplain.trace_data import HookKind, Mode, Phase
-from gradexplain.walk_data import Layout, Lessons, RunStep
 
 Schema = dict[str, Any]
 
@@ -66,6 +66,7 @@ class Derived:
     def __init__(self, closed: bool) -> None:
         self.closed = closed
         self.defs: dict[str, Schema] = {}
+        self.owners: dict[str, type] = {}
 
     def of(self, kind: Any) -> Schema:
         """The schema of values `from_data(kind, ...)` accepts; mirrors codec._decode.
@@ -107,15 +108,18 @@ class Derived:
         raise TypeError(f"cannot derive a schema for {kind!r}")
 
     def _dataclass(self, kind: type) -> Schema:
-        name = f"{kind.__module__.removeprefix('gradexplain.')}.{kind.__qualname__}"
+        # Named by the class alone, so that moving a module does not change a shipped schema.
+        name = kind.__qualname__
         ref = {"$ref": f"#/$defs/{name}"}
+        if self.owners.setdefault(name, kind) is not kind:
+            raise TypeError(f"two record types are named {name}: rename one")
         if name in self.defs:
             return ref
         self.defs[name] = {}  # a placeholder first: a type may refer to itself
         hints = typing.get_type_hints(kind)
         fields = dataclasses.fields(kind)
         schema: Schema = {
-            "description": f"codec.to_data of {kind.__module__}.{kind.__qualname__}",
+            "description": f"codec.to_data of {name}",
             "type": "object",
             "properties": {field.name: self.of(hints[field.name]) for field in fields},
             "required": [field.name for field in fields

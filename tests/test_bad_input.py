@@ -385,7 +385,7 @@ def test_deep_nesting_is_our_one_line(make: Callable[[int], tuple[str, str]], de
     or none), deep nesting is refused before anything is composed, in our words, at the first
     value past the bound."""
     from gradexplain.errors import SpecLimitError
-    from gradexplain.spec import yamlio
+    from gradexplain.language import yamlio
 
     if loader == "pure-python":
         monkeypatch.setattr(yamlio, "_Loader", yaml.SafeLoader)
@@ -408,7 +408,7 @@ def test_deep_nesting_through_the_command_line(write_spec: Callable[[str], Path]
 
 
 def test_nesting_at_the_bound_is_read() -> None:
-    from gradexplain.spec.yamlio import parse_document
+    from gradexplain.language.yamlio import parse_document
 
     document = parse_document("about: " + "[" * (YAML_DEPTH - 1) + "]" * (YAML_DEPTH - 1),
                               "ok.yaml")
@@ -422,7 +422,7 @@ def test_nesting_at_the_bound_is_read() -> None:
 def test_an_alias_cannot_smuggle_depth_past_the_bound() -> None:
     """Each level is shallow as written, but the alias puts a 40-deep anchor under 40 more."""
     from gradexplain.errors import SpecLimitError
-    from gradexplain.spec.yamlio import parse_document
+    from gradexplain.language.yamlio import parse_document
 
     text = ("a: &deep " + "[" * 40 + "]" * 40 + "\n"
             "b: " + "[" * 40 + "*deep" + "]" * 40 + "\n")

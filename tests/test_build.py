@@ -10,9 +10,9 @@ import pytest
 import torch
 from torch import nn
 
-from gradexplain.build import build, observe, run_forward
+from gradexplain.capture.build import build, observe, run_forward
 from gradexplain.errors import SpecRunError
-from gradexplain.spec import load_spec, load_spec_text
+from gradexplain.language import load_spec, load_spec_text
 from tests.conftest import REPO, SPECS
 from tests.messages import raised_by
 
@@ -20,8 +20,8 @@ ALL_SPECS = sorted(SPECS.glob("*.yaml"))
 
 DIGESTS = """
 import hashlib, sys
-from gradexplain.build import build, run_forward
-from gradexplain.spec import load_spec
+from gradexplain.capture.build import build, run_forward
+from gradexplain.language import load_spec
 for path in sys.argv[1:]:
     built = build(load_spec(path))
     output, values = run_forward(built)

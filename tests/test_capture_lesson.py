@@ -20,15 +20,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-import gradexplain.capture_lesson as capture_module
-from gradexplain.build import build
-from gradexplain.capture_data import CaptureLesson
-from gradexplain.capture_lesson import capture_lessons, check_entry
-from gradexplain.codec import from_data, to_data
-from gradexplain.render.capture_render import capture_markdown, capture_text
+import gradexplain.capture.lessons.captures as capture_module
+from gradexplain.capture.build import build
+from gradexplain.capture.lessons.captures import capture_lessons, check_entry
+from gradexplain.language import ModelSpec, load_spec, load_spec_text
+from gradexplain.records.codec import from_data, to_data
+from gradexplain.records.lessons.captures import CaptureLesson
+from gradexplain.records.trace import TensorValue
 from gradexplain.render.console import plain_text
-from gradexplain.spec import ModelSpec, load_spec, load_spec_text
-from gradexplain.trace_data import TensorValue
+from gradexplain.render.lessons.captures import capture_markdown, capture_text
 from tests.conftest import REPO, SPECS
 from tests.mdcheck import assert_markdown_well_formed
 
@@ -245,7 +245,7 @@ def test_markdown_is_well_formed(cam: CaptureLesson) -> None:
 
 
 def test_the_renderers_do_not_import_torch() -> None:
-    code = ("import sys; import gradexplain.render.capture_render; "
+    code = ("import sys; import gradexplain.render.lessons.captures; "
             "assert 'torch' not in sys.modules, 'torch imported'")
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
                           text=True, timeout=60, check=False)

@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from gradexplain.spec.catalogue import FUNCTIONS, LAYERS, MODULE_ATTRIBUTES, REQUIRED
+from gradexplain.language.catalogue import FUNCTIONS, LAYERS, MODULE_ATTRIBUTES, REQUIRED
 
 
 @pytest.mark.parametrize("name", sorted(FUNCTIONS))

@@ -162,7 +162,7 @@ def test_walk_of_a_bad_spec_fails_before_importing_torch(tmp_path: Path) -> None
 
 def test_the_probe_can_see_torch() -> None:
     # The probe above must be able to say True, or its False would prove nothing.
-    code = "import sys, gradexplain.build; print('torch' in sys.modules)"
+    code = "import sys, gradexplain.capture.build; print('torch' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           cwd=REPO, timeout=120, check=True)
     assert done.stdout.strip() == "True"

@@ -14,8 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from gradexplain.derive import capture
-from gradexplain.pymodel import parse_input, python_source, random_inputs
+from gradexplain.capture.pipeline import capture
+from gradexplain.capture.pymodel import parse_input, python_source, random_inputs
+from gradexplain.records.walk import Check, LabelledEvent, PassWalk, Walk
 from gradexplain.render.collapse import (
     Folded,
     Plan,
@@ -28,7 +29,6 @@ from gradexplain.render.collapse import (
 )
 from gradexplain.render.console import plain_text
 from gradexplain.render.text_walk import walk_text
-from gradexplain.walk_data import Check, LabelledEvent, PassWalk, Walk
 from tests.conftest import SPECS, captured
 from tests.pymodels import Block
 

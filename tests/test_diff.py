@@ -14,11 +14,11 @@ import pytest
 import torch
 from torch import nn
 
-from gradexplain.derive import capture
-from gradexplain.diff import CallDiff, HookDiff, ModuleDiff, compare
-from gradexplain.spec import load_spec
-from gradexplain.trace_data import TensorValue
-from gradexplain.walk_data import LabelledArg
+from gradexplain.analysis.diff import CallDiff, HookDiff, ModuleDiff, compare
+from gradexplain.capture.pipeline import capture
+from gradexplain.language import load_spec
+from gradexplain.records.trace import TensorValue
+from gradexplain.records.walk import LabelledArg
 from tests.articles import TwoModules
 from tests.conftest import captured, run_cli
 

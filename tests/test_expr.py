@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gradexplain.errors import Location, SpecLimitError, SpecSafetyError, SpecSchemaError
-from gradexplain.spec.expr import (
+from gradexplain.language.expr import (
     BinOp,
     Call,
     Ellipsis_,

@@ -261,8 +261,8 @@ def unexplained_failures(path: Path) -> list[str]:
     """Run the spec again through the library and list its failed checks, leaving out calls torch
     refused that the spec did not expect (a second backward without retain_graph: the checker
     leaves those to torch, and the walk shows them as failed runs, on purpose)."""
-    from gradexplain.derive import capture
-    from gradexplain.spec import load_spec_text, read_spec_text
+    from gradexplain.capture.pipeline import capture
+    from gradexplain.language import load_spec_text, read_spec_text
 
     text = read_spec_text(path)
     with time_limit(WALK_SECONDS, "the library's walk"):

@@ -160,7 +160,7 @@ def test_lone_surrogate_with_the_pure_python_loader(monkeypatch: pytest.MonkeyPa
     import yaml
 
     from gradexplain.errors import SpecSchemaError
-    from gradexplain.spec import load_spec_text, yamlio
+    from gradexplain.language import load_spec_text, yamlio
 
     monkeypatch.setattr(yamlio, "_Loader", yaml.SafeLoader)
     for text in ('name: "\\ud800"\n' + HEAD + TAIL, '"\\udfff": 1\n' + HEAD + TAIL):

@@ -21,17 +21,17 @@ import pytest
 import torch
 from torch import nn
 
-from gradexplain import intervene
-from gradexplain.build import build
-from gradexplain.codec import from_data, to_data
+from gradexplain.capture.build import build
+from gradexplain.capture.lessons import interventions as intervene
+from gradexplain.capture.lessons.interventions import intervention_lessons
 from gradexplain.errors import ExpectationError, SpecSchemaError
-from gradexplain.intervene import intervention_lessons
-from gradexplain.intervene_data import GradChange, InterventionLesson
+from gradexplain.language import load_spec, load_spec_text
+from gradexplain.records.codec import from_data, to_data
+from gradexplain.records.lessons.interventions import GradChange, InterventionLesson
+from gradexplain.records.trace import TensorValue
 from gradexplain.render.console import plain_text
 from gradexplain.render.fmt import fmt_value
-from gradexplain.render.intervene_render import intervention_markdown, intervention_text
-from gradexplain.spec import load_spec, load_spec_text
-from gradexplain.trace_data import TensorValue
+from gradexplain.render.lessons.interventions import intervention_markdown, intervention_text
 from tests.conftest import SPECS
 from tests.mdcheck import assert_markdown_well_formed, tables
 

@@ -32,10 +32,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from gradexplain.build import build
-from gradexplain.capture_data import CaptureLesson
-from gradexplain.capture_lesson import capture_lessons, hook_free_outputs
-from gradexplain.spec import ModelSpec, load_spec_text
+from gradexplain.capture.build import build
+from gradexplain.capture.lessons.captures import capture_lessons, hook_free_outputs
+from gradexplain.language import ModelSpec, load_spec_text
+from gradexplain.records.lessons.captures import CaptureLesson
 from tests.conftest import SPECS, run_cli
 from tests.walkjson import (
     JSON,
@@ -598,7 +598,7 @@ def test_a_wrong_reference_for_an_unnamed_call_still_fails(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The check is not vacuous for an unnamed call: against the step's value (sigmoid of the
     layer output, what a lookup by step name would find) every entry fails."""
-    import gradexplain.capture_lesson as capture_module
+    import gradexplain.capture.lessons.captures as capture_module
 
     spec = load_spec_text(CAPTURE_UNNAMED)
     real = capture_module.hook_free_outputs

@@ -15,6 +15,9 @@ from typing import cast
 import pytest
 import torch
 
+from gradexplain.capture.rules import RULES, local_derivatives
+from gradexplain.records.trace import Nested
+from gradexplain.records.walk import Check, Walk
 from gradexplain.render.fmt import fmt, fmt_nested
 from gradexplain.render.latex import PROSE, formula_latex, tensor_latex
 from gradexplain.render.markdown import code, escape, math, table
@@ -23,9 +26,6 @@ from gradexplain.render.markdown_walk import (
     forward_values_markdown,
     walk_markdown,
 )
-from gradexplain.rules import RULES, local_derivatives
-from gradexplain.trace_data import Nested
-from gradexplain.walk_data import Check, Walk
 from tests.articles import legacy_hook_warnings, two_modules_in_torch
 from tests.conftest import SPECS, captured
 from tests.mdcheck import (

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 import torch
 
-from gradexplain.derive import capture
+from gradexplain.capture.pipeline import capture
+from gradexplain.language import load_spec_text
+from gradexplain.records.session import Session, load_session, save_session
 from gradexplain.render.mermaid import MAX_NODES, autograd_mermaid, escape, forward_mermaid
-from gradexplain.session import Session, load_session, save_session
-from gradexplain.spec import load_spec_text
 from tests.articles import TwoModules
 from tests.conftest import SPECS, captured
 from tests.test_spec_language import NESTED

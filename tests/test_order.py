@@ -19,10 +19,10 @@ import pytest
 import torch
 from torch import nn
 
-from gradexplain.order import GLOBAL_FIRST, RULES, FiringOrder, firing_order
+from gradexplain.analysis.order import GLOBAL_FIRST, RULES, FiringOrder, firing_order
+from gradexplain.records.trace import Mode, PassTrace
 from gradexplain.render.console import plain_text
-from gradexplain.render.order_render import order_markdown, order_text
-from gradexplain.trace_data import Mode, PassTrace
+from gradexplain.render.order import order_markdown, order_text
 from tests.articles import MyModule, MyModule2
 from tests.conftest import SPECS, captured
 from tests.mdcheck import assert_markdown_well_formed, tables

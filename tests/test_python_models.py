@@ -40,9 +40,9 @@ import gradexplain
 from gradexplain import api
 from gradexplain.api import Explanation, explain
 from gradexplain.cli import main
+from gradexplain.records.trace import TensorValue
+from gradexplain.records.walk import LabelledArg, LabelledEvent, Walk
 from gradexplain.render.console import plain_text
-from gradexplain.trace_data import TensorValue
-from gradexplain.walk_data import LabelledArg, LabelledEvent, Walk
 from tests import pymodels
 from tests.conftest import REPO, Result
 from tests.mdcheck import assert_markdown_well_formed

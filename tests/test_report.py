@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gradexplain.diff import compare
+from gradexplain.analysis.diff import compare
 from gradexplain.render.console import plain_text
 from gradexplain.render.report import SECTIONS, anchor, report_markdown
 from gradexplain.render.text_diff import diff_text

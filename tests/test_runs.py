@@ -11,11 +11,11 @@ import pytest
 import torch
 from torch import nn
 
-from gradexplain.build import build
+from gradexplain.capture.build import build
+from gradexplain.language import load_spec
+from gradexplain.records.walk import RunStep, Walk
 from gradexplain.render.console import plain_text
-from gradexplain.render.runs_render import runs_markdown, runs_text
-from gradexplain.spec import load_spec
-from gradexplain.walk_data import RunStep, Walk
+from gradexplain.render.lessons.calls import runs_markdown, runs_text
 from tests.conftest import SPECS, captured, run_cli
 from tests.mdcheck import assert_markdown_well_formed
 

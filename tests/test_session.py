@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from gradexplain.codec import DecodeError, from_data, to_data
 from gradexplain.errors import SessionError
-from gradexplain.session import SCHEMA, Session, load_session, save_session
-from gradexplain.trace_data import Summary, TensorValue
-from gradexplain.walk_data import Check
+from gradexplain.records.codec import DecodeError, from_data, to_data
+from gradexplain.records.session import SCHEMA, Session, load_session, save_session
+from gradexplain.records.trace import Summary, TensorValue
+from gradexplain.records.walk import Check
 from tests.conftest import SPECS, captured
 
 

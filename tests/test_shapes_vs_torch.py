@@ -1,6 +1,6 @@
 """The pure-Python shape rules against torch itself: torch is the oracle, never a hard-coded answer.
 
-Part 1 drives each function of `gradexplain.spec.shapes` (and the layer rules of the catalogue)
+Part 1 drives each function of `gradexplain.language.shapes` (and the layer rules of the catalogue)
 with generated shapes and arguments and runs the same operation on `torch.empty(shape)`: when torch
 accepts, our rule must give exactly torch's shape; when torch raises, our rule must raise
 ShapeProblem.
@@ -31,12 +31,12 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from gradexplain.build import build, run_forward
+from gradexplain.capture.build import build, run_forward
 from gradexplain.errors import SpecError
-from gradexplain.spec import load_spec_text, shapes
-from gradexplain.spec.catalogue import LAYERS
-from gradexplain.spec.expr import Ellipsis_, IndexItem, NewAxis, Slice
-from gradexplain.spec.shapes import Shape, ShapeProblem, TensorType
+from gradexplain.language import load_spec_text, shapes
+from gradexplain.language.catalogue import LAYERS
+from gradexplain.language.expr import Ellipsis_, IndexItem, NewAxis, Slice
+from gradexplain.language.shapes import Shape, ShapeProblem, TensorType
 
 # Exceptions by which torch (or Python, for slices) refuses an operation.
 TORCH_ERRORS = (RuntimeError, IndexError, ValueError, TypeError)

@@ -8,9 +8,9 @@ import pytest
 import torch
 from torch import nn
 
-from gradexplain.build import build, run_forward
+from gradexplain.capture.build import build, run_forward
 from gradexplain.errors import SpecNameError, SpecShapeError
-from gradexplain.spec import load_spec_text
+from gradexplain.language import load_spec_text
 
 NESTED = """
 inputs:

@@ -24,8 +24,8 @@ import torch
 from torch import nn
 from torch.nn.parameter import Parameter
 
-from gradexplain.build import Built, build, run_forward
-from gradexplain.spec import ModelSpec, load_spec
+from gradexplain.capture.build import Built, build, run_forward
+from gradexplain.language import ModelSpec, load_spec
 from tests.articles import MyModule, MyModule2
 
 SPECS = Path(__file__).resolve().parent.parent / "specs"

@@ -19,8 +19,8 @@ import pytest
 import torch
 from torch import nn
 
-from gradexplain import derive
 from gradexplain.api import explain
+from gradexplain.capture import pipeline as derive
 from gradexplain.cli import main
 from gradexplain.errors import ModelRunError, UsageError
 from tests.conftest import REPO

@@ -13,11 +13,11 @@ import pytest
 import torch
 from torch import nn
 
-from gradexplain.build import build
+from gradexplain.capture.build import build
+from gradexplain.capture.trace import trace, trace_both
 from gradexplain.errors import SpecRunError
-from gradexplain.spec import load_spec, load_spec_text
-from gradexplain.trace import trace, trace_both
-from gradexplain.trace_data import Mode, PassTrace
+from gradexplain.language import load_spec, load_spec_text
+from gradexplain.records.trace import Mode, PassTrace
 from tests.articles import TwoModules, legacy_hook_warnings
 from tests.conftest import SPECS
 from tests.messages import raised_by

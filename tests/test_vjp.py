@@ -13,14 +13,14 @@ import re
 import torch
 from torch import nn
 
-from gradexplain.build import build
-from gradexplain.codec import from_data, to_data
+from gradexplain.capture.build import build
+from gradexplain.capture.lessons.vjp import check_identity, combine_rows, vjp_lessons
+from gradexplain.language import load_spec, load_spec_text
+from gradexplain.records.codec import from_data, to_data
+from gradexplain.records.lessons.vjp import Identity, VjpLesson
+from gradexplain.records.trace import TensorValue
 from gradexplain.render.console import plain_text
-from gradexplain.render.vjp_render import vjp_markdown, vjp_text
-from gradexplain.spec import load_spec, load_spec_text
-from gradexplain.trace_data import TensorValue
-from gradexplain.vjp import check_identity, combine_rows, vjp_lessons
-from gradexplain.vjp_data import Identity, VjpLesson
+from gradexplain.render.lessons.vjp import vjp_markdown, vjp_text
 from tests.conftest import SPECS
 from tests.mdcheck import assert_markdown_well_formed, tables
 from tests.printed import NUMBER, close_enough

@@ -19,16 +19,16 @@ import pytest
 import torch
 from torch import nn
 
-import gradexplain.vjp as vjp
-from gradexplain.build import build
-from gradexplain.codec import from_data, to_data
-from gradexplain.derive import capture
+import gradexplain.capture.lessons.vjp as vjp
+from gradexplain.capture.build import build
+from gradexplain.capture.lessons.vjp import vjp_lessons
+from gradexplain.capture.pipeline import capture
+from gradexplain.language import load_spec_text
+from gradexplain.records.codec import from_data, to_data
+from gradexplain.records.lessons.vjp import VjpLesson
+from gradexplain.records.trace import TensorValue
 from gradexplain.render.console import plain_text
-from gradexplain.render.vjp_render import vjp_markdown, vjp_text
-from gradexplain.spec import load_spec_text
-from gradexplain.trace_data import TensorValue
-from gradexplain.vjp import vjp_lessons
-from gradexplain.vjp_data import VjpLesson
+from gradexplain.render.lessons.vjp import vjp_markdown, vjp_text
 from tests.conftest import SPECS, run_cli
 from tests.mdcheck import assert_markdown_well_formed
 

@@ -11,16 +11,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from gradexplain.derive import check, walk
-from gradexplain.label import Site, label_pass
+from gradexplain.capture.label import Site, label_pass
+from gradexplain.capture.pipeline import check, walk
+from gradexplain.capture.replay import Replay
+from gradexplain.capture.trace import trace_both
+from gradexplain.language import load_spec
+from gradexplain.records.trace import TensorValue
+from gradexplain.records.walk import Walk
 from gradexplain.render.fmt import fmt
 from gradexplain.render.json_walk import walk_json
 from gradexplain.render.select import select
-from gradexplain.replay import Replay
-from gradexplain.spec import load_spec
-from gradexplain.trace import trace_both
-from gradexplain.trace_data import TensorValue
-from gradexplain.walk_data import Walk
 from tests.articles import MyModule, MyModule2
 from tests.conftest import SPECS, run_cli
 
@@ -186,7 +186,7 @@ def test_cli_json_filters_and_bad_options(tmp_path: Path) -> None:
 def test_cli_exit_1_and_a_loud_line_when_a_check_fails(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """A failed check is never hidden: exit 1 and a line naming it."""
-    import gradexplain.derive as derive_module
+    import gradexplain.capture.pipeline as derive_module
     from gradexplain import cli
 
     real_check: Callable[..., object] = derive_module.check

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from gradexplain.trace_data import Nested, TensorValue
+from gradexplain.records.trace import Nested, TensorValue
 
 # Tensors with more elements than this are shown as a summary in text output.
 TEXT_ELEMENTS = 24

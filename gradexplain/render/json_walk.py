@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from gradexplain.codec import to_data
-from gradexplain.trace_data import Nested, TensorValue
-from gradexplain.walk_data import Check, LabelledArg, LabelledEvent, Meaning, PassWalk, Walk
+from gradexplain.records.codec import to_data
+from gradexplain.records.trace import Nested, TensorValue
+from gradexplain.records.walk import Check, LabelledArg, LabelledEvent, Meaning, PassWalk, Walk
 
 SCHEMA = "gradexplain.walk/1"
 

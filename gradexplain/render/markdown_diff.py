@@ -3,7 +3,7 @@ calls as a table, the reasons as bullets, the verdict in bold. Returns a string.
 
 from __future__ import annotations
 
-from gradexplain.diff import (
+from gradexplain.analysis.diff import (
     ArgRow,
     CallDiff,
     HookDiff,
@@ -11,11 +11,11 @@ from gradexplain.diff import (
     call_headings,
     module_title,
 )
+from gradexplain.records.walk import LabelledArg
 from gradexplain.render.fmt import shape_label
 from gradexplain.render.markdown import blocks, bold, bullets, code, escape, heading, math, table
 from gradexplain.render.markdown_walk import value_cell
 from gradexplain.render.marks import check_cell
-from gradexplain.walk_data import LabelledArg
 
 
 def diff_markdown(diff: HookDiff, level: int = 1) -> str:

@@ -10,11 +10,24 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gradexplain.graphview import ACCUMULATE
-from gradexplain.label import whole_names
+from gradexplain.capture.label import whole_names
+from gradexplain.records.graph import ACCUMULATE
+from gradexplain.records.session import Session
+from gradexplain.records.trace import TensorValue, canonical_name
+from gradexplain.records.walk import (
+    Check,
+    Derivation,
+    DerivationLine,
+    Failure,
+    LabelledArg,
+    LabelledEvent,
+    PassWalk,
+    Term,
+    Walk,
+)
 from gradexplain.render.fmt import fmt, fmt_shape, fmt_value
 from gradexplain.render.latex import formula_latex, tensor_latex
-from gradexplain.render.lessons_render import lessons_markdown
+from gradexplain.render.lessons import lessons_markdown
 from gradexplain.render.markdown import (
     blocks,
     bold,
@@ -27,19 +40,6 @@ from gradexplain.render.markdown import (
     table,
 )
 from gradexplain.render.marks import check_cell
-from gradexplain.session import Session
-from gradexplain.trace_data import TensorValue, canonical_name
-from gradexplain.walk_data import (
-    Check,
-    Derivation,
-    DerivationLine,
-    Failure,
-    LabelledArg,
-    LabelledEvent,
-    PassWalk,
-    Term,
-    Walk,
-)
 
 PASS_HOOKS = {
     "legacy": "`register_backward_hook` on every module",

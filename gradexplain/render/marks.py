@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from rich.text import Text
 
+from gradexplain.records.walk import Check
 from gradexplain.render.fmt import fmt
 from gradexplain.render.markdown import bold
-from gradexplain.walk_data import Check
 
 
 def check_mark(check: Check | None) -> Text:

@@ -12,10 +12,12 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gradexplain.diff import HookDiff, compare, module_title
-from gradexplain.label import whole_names
-from gradexplain.order import first_firing_order
-from gradexplain.render.lessons_render import lessons_sections
+from gradexplain.analysis.diff import HookDiff, compare, module_title
+from gradexplain.analysis.order import first_firing_order
+from gradexplain.capture.label import whole_names
+from gradexplain.records.session import Session
+from gradexplain.records.walk import Walk
+from gradexplain.render.lessons import lessons_sections
 from gradexplain.render.markdown import blocks, bold, bullets, code, escape, heading, table
 from gradexplain.render.markdown_diff import diff_markdown, prose
 from gradexplain.render.markdown_walk import (
@@ -25,9 +27,7 @@ from gradexplain.render.markdown_walk import (
     timeline_markdown,
 )
 from gradexplain.render.mermaid import MAX_NODES, autograd_mermaid, forward_mermaid
-from gradexplain.render.order_render import order_markdown
-from gradexplain.session import Session
-from gradexplain.walk_data import Walk
+from gradexplain.render.order import order_markdown
 
 # Longer specs are shown up to here in the report; the file itself has the rest.
 SPEC_LINES = 80

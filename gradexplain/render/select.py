@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import replace
 
-from gradexplain.trace_data import HookKind, Mode
-from gradexplain.walk_data import LabelledEvent, Walk
+from gradexplain.records.trace import HookKind, Mode
+from gradexplain.records.walk import LabelledEvent, Walk
 
 MODULE_HOOKS = ("forward_pre", "forward", "backward", "full_backward_pre", "full_backward")
 TENSOR_HOOKS = ("tensor", "post_accumulate_grad")

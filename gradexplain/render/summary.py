@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gradexplain.spec.model import ModelSpec
+from gradexplain.language.model import ModelSpec
 
 
 def _plural(count: int, word: str) -> str:

@@ -8,7 +8,7 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from gradexplain.diff import (
+from gradexplain.analysis.diff import (
     ArgRow,
     CallDiff,
     HookDiff,
@@ -16,9 +16,9 @@ from gradexplain.diff import (
     call_headings,
     module_title,
 )
+from gradexplain.records.walk import LabelledArg
 from gradexplain.render.fmt import fmt_value, shape_label
 from gradexplain.render.marks import check_mark
-from gradexplain.walk_data import LabelledArg
 
 
 def diff_text(diff: HookDiff) -> RenderableType:

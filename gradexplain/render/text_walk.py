@@ -17,13 +17,9 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from gradexplain.label import short_name, whole_names
-from gradexplain.render.collapse import Folded, Shown, folded_blocks, plan_folds, shape_key
-from gradexplain.render.fmt import fmt, fmt_value
-from gradexplain.render.lessons_render import lessons_text
-from gradexplain.render.marks import check_mark
-from gradexplain.trace_data import TensorValue
-from gradexplain.walk_data import (
+from gradexplain.capture.label import short_name, whole_names
+from gradexplain.records.trace import TensorValue
+from gradexplain.records.walk import (
     Check,
     Derivation,
     DerivationLine,
@@ -31,6 +27,10 @@ from gradexplain.walk_data import (
     PassWalk,
     Walk,
 )
+from gradexplain.render.collapse import Folded, Shown, folded_blocks, plan_folds, shape_key
+from gradexplain.render.fmt import fmt, fmt_value
+from gradexplain.render.lessons import lessons_text
+from gradexplain.render.marks import check_mark
 
 PASS_TITLES = {
     "legacy": "legacy pass: register_backward_hook on every module",

@@ -1,0 +1,560 @@
+"""Legacy vs full: each module's legacy backward hook call beside its full one, argument by
+argument, with the reason for every difference and a verdict in plain words. No torch here.
+
+Calls are paired structurally: a legacy call serves the module call whose last node it sits
+on, a full call the module call whose wrappers it sits on (LabelledEvent.call), so a module
+called twice, or a backward run twice, pairs each call with its own. The reasons come from the
+labels (which derivative each argument is) and the trace (the module's arguments, the node the
+legacy hook sits on, the step that made the module's first output), never from values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Literal
+
+from gradexplain.capture.label import short_name, whole_names
+from gradexplain.records.session import Session
+from gradexplain.records.trace import ModuleCall, PassTrace, TensorRecord, canonical_name
+from gradexplain.records.walk import LabelledArg, LabelledEvent, Meaning, PassWalk
+
+FindingKind = Literal[
+    "attach",       # where the legacy hook sits
+    "unseen",       # a module argument whose gradient legacy grad_input lacks
+    "extra",        # a legacy grad_input entry that is no module argument
+    "order",        # legacy order follows the last op's operands
+    "layout",       # the same tensor, transposed or reshaped
+    "partial",      # only one use's share of a gradient
+    "outputs",      # legacy grad_output lacks outputs another node made
+    "never_fires",  # a hook that did not fire for this call
+    "zeros",        # full grad_input holds zeros for an input that needs no grad
+    "none",         # None entries, and why
+]
+
+
+@dataclass(frozen=True)
+class Finding:
+    kind: FindingKind
+    text: str
+
+
+@dataclass(frozen=True)
+class ArgRow:
+    """One argument name in both passes; a side is None when its hook has no such argument
+    (or did not fire). `note` says why the two differ ("" when they are the same)."""
+
+    name: str
+    legacy: LabelledArg | None
+    full: LabelledArg | None
+    same: bool
+    note: str
+
+
+@dataclass(frozen=True)
+class CallDiff:
+    """One forward call of the module in one backward run: its legacy and full hook calls."""
+
+    run: int
+    call: int  # index of the module call in the pass's forward
+    ordinal: int  # 1 for the module's first call, 2 for its second...
+    legacy_seq: int | None
+    full_seq: int | None
+    rows: tuple[ArgRow, ...]
+    findings: tuple[Finding, ...]
+
+
+@dataclass(frozen=True)
+class ModuleDiff:
+    """A module's calls side by side, what it takes (`arguments`, canonical names; None for a
+    non-tensor), where its legacy hook sits (`last_node`, made `made` by `step`), a verdict."""
+
+    module: str
+    arguments: tuple[str | None, ...]
+    last_node: str | None
+    made: str | None
+    step: str | None
+    calls: tuple[CallDiff, ...]
+    verdict: str
+
+    def findings(self) -> list[Finding]:
+        """Every call's findings, each once, in the order they first came."""
+        return _unique([finding for call in self.calls for finding in call.findings])
+
+
+@dataclass(frozen=True)
+class HookDiff:
+    spec: str
+    name: str
+    torch: str
+    modules: tuple[ModuleDiff, ...]
+
+
+def compare(session: Session) -> HookDiff:
+    """Every module's legacy and full backward hook calls, aligned and explained."""
+    with whole_names(session.walk.whole_names):
+        return _compare(session)
+
+
+def _compare(session: Session) -> HookDiff:
+    walk = session.walk
+    legacy_pass = next(item for item in walk.passes if item.mode == "legacy")
+    full_pass = next(item for item in walk.passes if item.mode == "full")
+    legacy, full = session.trace("legacy"), session.trace("full")
+    assert legacy is not None and full is not None
+    modules = []
+    for module in _modules(legacy):
+        comparer = _Module(session, module, legacy, full)
+        modules.append(comparer.diff(legacy_pass, full_pass))
+    return HookDiff(walk.spec, walk.name, walk.torch, tuple(modules))
+
+
+def _modules(trace: PassTrace) -> list[str]:
+    """Module paths in the order their forward started (parents before children)."""
+    order: list[str] = []
+    for event in trace.events:
+        if event.hook == "forward_pre" and event.target not in order:
+            order.append(event.target)
+    return order
+
+
+def module_title(module: str) -> str:
+    return module if module else "<model>"
+
+
+def call_headings(module: ModuleDiff, call: CallDiff) -> tuple[str, str, str]:
+    """What every renderer heads a call with: `run 1` (`, call 2` when the module ran more
+    than once in that run), and the two columns, `legacy (#13)` and `full (#47)`."""
+    title = f"run {call.run}"
+    if sum(1 for other in module.calls if other.run == call.run) > 1:
+        title += f", call {call.ordinal}"
+    legacy = f"legacy (#{call.legacy_seq})" if call.legacy_seq is not None else "legacy"
+    full = f"full (#{call.full_seq})" if call.full_seq is not None else "full"
+    return title, legacy, full
+
+
+class _Module:
+    """One module: its calls in both traces, and the words to explain them."""
+
+    def __init__(self, session: Session, module: str, legacy: PassTrace,
+                 full: PassTrace) -> None:
+        self.session = session
+        self.module = module
+        self.legacy = legacy
+        self.full = full
+        self.calls = [index for index, call in enumerate(legacy.calls) if call.module == module]
+        first = legacy.calls[self.calls[0]] if self.calls else None
+        self.first = first
+        self.arguments = tuple(self.argument_name(first, i)
+                               for i in range(len(first.arguments or first.inputs))
+                               ) if first else ()
+        node = self.graph_name(legacy, first.legacy_node) if first else None
+        self.last_node = node
+        self.made = self.record_name(legacy, first.outputs[0]) if first and first.outputs else None
+        self.step = self.step_text(self.made)
+
+    # --- names -------------------------------------------------------------------------------
+
+    def record(self, trace: PassTrace, index: int | None) -> TensorRecord | None:
+        return None if index is None or index >= len(trace.tensors) else trace.tensors[index]
+
+    def record_name(self, trace: PassTrace, index: int | None) -> str | None:
+        record = self.record(trace, index)
+        return None if record is None else canonical_name(record.names)
+
+    def argument_name(self, call: ModuleCall, index: int) -> str | None:
+        tensors = call.arguments or call.inputs
+        return self.record_name(self.legacy, tensors[index])
+
+    def argument_names(self, call: ModuleCall, index: int) -> set[str]:
+        """Every name the module's `index`-th argument goes by (the caller's and its own)."""
+        names: set[str] = set()
+        for tensors in (call.arguments, call.inputs):
+            record = self.record(self.legacy, tensors[index] if index < len(tensors) else None)
+            names |= set(record.names) if record else set()
+        return names
+
+    def graph_name(self, trace: PassTrace, node: str | None) -> str | None:
+        for item in trace.graph:
+            if item.id == node:
+                return item.name.removeprefix("torch::autograd::")
+        return None
+
+    def step_text(self, made: str | None) -> str | None:
+        if made is None:
+            return None
+        record = self.legacy.named(made)
+        names = set(record.names) if record else {made}
+        for step in self.session.forward:
+            if names & set(step.targets):
+                return step.text
+        return None
+
+    def is_leaf(self, name: str) -> bool:
+        record = self.legacy.named(name)
+        return record is not None and record.is_leaf
+
+    # --- the comparison ---------------------------------------------------------------------
+
+    def diff(self, legacy_pass: PassWalk, full_pass: PassWalk) -> ModuleDiff:
+        legacy_calls = self.events(legacy_pass, "backward")
+        full_calls = self.events(full_pass, "full_backward")
+        keys = sorted(set(legacy_calls) | set(full_calls) | self.expected_keys())
+        calls = tuple(self.call(run, call, legacy_calls.get((run, call)),
+                                full_calls.get((run, call))) for run, call in keys)
+        return ModuleDiff(self.module, self.arguments, self.last_node, self.made, self.step,
+                          calls, self.verdict(calls))
+
+    def events(self, walk_pass: PassWalk, hook: str) -> dict[tuple[int, int], LabelledEvent]:
+        found: dict[tuple[int, int], LabelledEvent] = {}
+        for event in walk_pass.events:
+            if event.hook == hook and event.target == self.module and event.call is not None:
+                found.setdefault((event.run, event.call), event)
+        return found
+
+    def expected_keys(self) -> set[tuple[int, int]]:
+        """Every (backward run, call) pair: a hook that never fires still gets its row."""
+        return {(run.index, call) for run in self.legacy.runs if run.kind == "backward"
+                for call in self.calls}
+
+    def call(self, run: int, call: int, legacy: LabelledEvent | None,
+             full: LabelledEvent | None) -> CallDiff:
+        module_call = self.legacy.calls[call]
+        rows = tuple(self.rows(module_call, legacy, full))
+        findings: list[Finding] = []
+        if legacy is None or full is None:
+            findings += self.silent(module_call, legacy, full, run)
+        if legacy is not None:
+            findings += self.legacy_findings(module_call, legacy)
+        if full is not None:
+            findings += self.full_findings(module_call, full)
+        return CallDiff(run, call, self.calls.index(call) + 1,
+                        legacy.seq if legacy else None, full.seq if full else None, rows,
+                        tuple(_unique(findings)))
+
+    def rows(self, call: ModuleCall, legacy: LabelledEvent | None,
+             full: LabelledEvent | None) -> list[ArgRow]:
+        legacy_args = {arg.name: arg for arg in legacy.args} if legacy else {}
+        full_args = {arg.name: arg for arg in full.args} if full else {}
+        names = _ordered(list(legacy_args) + list(full_args))
+        rows = []
+        for name in names:
+            left, right = legacy_args.get(name), full_args.get(name)
+            same = left is not None and right is not None and _same(left, right)
+            note = "" if same else self.row_note(call, name, left, right, legacy, full)
+            rows.append(ArgRow(name, left, right, same, note))
+        return rows
+
+    def row_note(self, call: ModuleCall, name: str, legacy: LabelledArg | None,
+                 full: LabelledArg | None, legacy_event: LabelledEvent | None,
+                 full_event: LabelledEvent | None) -> str:
+        sides = []
+        if legacy_event is None:
+            sides.append("legacy did not fire")
+        else:
+            sides.append("legacy: " + (self.role(call, legacy) if legacy else "no such entry"))
+        if full_event is None:
+            sides.append("full did not fire")
+        else:
+            sides.append("full: " + (self.role(call, full) if full else "no such entry"))
+        return "; ".join(sides)
+
+    def role(self, call: ModuleCall, arg: LabelledArg) -> str:
+        """What a hook argument is, in the module's terms."""
+        if arg.value is None:
+            return "None"
+        meaning = arg.meaning
+        if meaning is None:
+            return "not labelled"
+        short = short_name(meaning.wrt)
+        layout = {"as-is": "", "transposed": ", transposed", "reshaped": ", reshaped",
+                  "summed": ", before the broadcast sum"}[meaning.layout]
+        part = f", only the part via {meaning.partial}" if meaning.partial else ""
+        position = self.argument_index(call, meaning)
+        if position is not None:
+            what = f"{module_title(self.module)}'s argument {position} ({short})"
+        elif self.is_output(call, meaning):
+            what = f"{module_title(self.module)}'s output {short}"
+        elif self.is_leaf(meaning.wrt):
+            what = f"{self.leaf_kind(meaning.wrt)} {short}"
+        else:
+            what = f"{self.tensor_words(meaning.wrt)}, inside {module_title(self.module)}"
+        return f"{what}{layout}{part}"
+
+    def leaf_kind(self, name: str) -> str:
+        return "input" if name in self.session.inputs else "parameter"
+
+    def argument_index(self, call: ModuleCall, meaning: Meaning) -> int | None:
+        names = {meaning.wrt, *meaning.aliases}
+        for index in range(len(call.arguments or call.inputs)):
+            if names & self.argument_names(call, index):
+                return index
+        return None
+
+    def is_output(self, call: ModuleCall, meaning: Meaning) -> bool:
+        names = {meaning.wrt, *meaning.aliases}
+        return any(names & set(record.names) for record in
+                   (self.record(self.legacy, index) for index in call.outputs) if record)
+
+    # --- findings ---------------------------------------------------------------------------
+
+    def legacy_findings(self, call: ModuleCall, event: LabelledEvent) -> Iterable[Finding]:
+        module = module_title(self.module)
+        node = event.node.removeprefix("torch::autograd::") if event.node else "?"
+        made = self.record_name(self.legacy, call.outputs[0]) if call.outputs else None
+        step = self.own_step(self.step_text(made))
+        computes = f" (`{step}`)" if step else ""
+        yield Finding("attach", f"legacy sits on {node}, the grad_fn of {module}'s first "
+                      f"output{f' {short_name(made)}' if made else ''}: the last op of its "
+                      f"forward{computes}; its grad_input follows that op's operands")
+        inputs = [arg for arg in event.args if arg.name.startswith("grad_input")]
+        seen: set[int] = set()
+        for position, arg in enumerate(inputs):
+            if arg.value is None:
+                reason = self.none_reason(call, position, node)
+                yield Finding("none", f"legacy {arg.name} is None: {reason}")
+                continue
+            meaning = arg.meaning
+            if meaning is None:
+                continue
+            index = self.argument_index(call, meaning)
+            if meaning.partial:
+                yield Finding("partial", f"legacy {arg.name} is {meaning.text}: the tensor is "
+                              f"used more than once and {node} sees only its own share")
+            if index is None:
+                yield Finding("extra", self.extra_text(call, arg, meaning, node))
+                continue
+            seen.add(index)
+            if meaning.layout != "as-is":
+                yield Finding("layout", f"legacy {arg.name} is {meaning.text}: "
+                              f"{module}'s argument {index} in the shape {node} saw, "
+                              "not its own")
+            if index != position:
+                yield Finding("order", f"legacy {arg.name} is argument {index} "
+                              f"({short_name(meaning.wrt)}): the order follows the operands of "
+                              f"{node}{computes}, not {module}'s arguments")
+        for index in range(len(call.arguments or call.inputs)):
+            name = self.argument_name(call, index)
+            record = self.record(self.legacy, (call.arguments or call.inputs)[index])
+            if index in seen or name is None or record is None or not record.requires_grad:
+                continue
+            yield Finding("unseen", f"legacy grad_input lacks the gradient of {module}'s "
+                          f"argument {index} ({short_name(name)})")
+        outputs = [index for index in call.outputs if index is not None]
+        legacy_outputs = [arg for arg in event.args if arg.name.startswith("grad_output")]
+        if len(outputs) > len(legacy_outputs):
+            yield Finding("outputs", f"legacy grad_output has only what {node} made: "
+                          f"{len(legacy_outputs)} of {module}'s {len(outputs)} outputs")
+
+    def none_reason(self, call: ModuleCall, position: int, node: str) -> str:
+        """A None edge is an operand without gradient, or one this run does not need."""
+        for item in self.legacy.graph:
+            if item.id == call.legacy_node and position < len(item.next):
+                if item.next[position][0] is None:
+                    return (f"operand {position} of {node} is a number or a tensor that does "
+                            "not require grad")
+                return (f"this run does not need operand {position} of {node} "
+                        "(autograd.grad computes only what its inputs need)")
+        return f"operand {position} of {node} has no gradient"
+
+    def extra_text(self, call: ModuleCall, arg: LabelledArg, meaning: Meaning,
+                   node: str) -> str:
+        short = short_name(meaning.wrt)
+        module = module_title(self.module)
+        if self.is_output(call, meaning):
+            return (f"legacy {arg.name} is {meaning.text}: the gradient of {module}'s own "
+                    f"output {short}, as {node} saw it, not of an input")
+        if meaning.layout == "transposed":
+            return (f"legacy {arg.name} is {meaning.text}: the gradient of {short}, transposed, "
+                    f"as {node} used it (full hooks never give parameter gradients)")
+        if self.is_leaf(meaning.wrt):
+            kind = self.leaf_kind(meaning.wrt)
+            after = (" (full hooks never give parameter gradients)" if kind == "parameter"
+                     else "")
+            return (f"legacy {arg.name} is {meaning.text}: the gradient of {kind} {short}, "
+                    f"an operand of {node}{after}")
+        return (f"legacy {arg.name} is {meaning.text}: {self.tensor_words(meaning.wrt)} is an "
+                f"input of {node}, not one of {module}'s arguments")
+
+    def tensor_words(self, name: str) -> str:
+        """`t`, or `t (module2.t)` when the tensor belongs to another module than this one."""
+        short = short_name(name)
+        owner = name.rpartition(".")[0] if "." in name and ":" not in name else ""
+        return short if owner == self.module or short == name else f"{short} ({name})"
+
+    def own_step(self, text: str | None) -> str | None:
+        """The step text, if this module's own forward wrote it (a built-in layer has none)."""
+        if text is None:
+            return None
+        for step in self.session.forward:
+            if step.text == text and step.module == self.module:
+                return text
+        return None
+
+    def full_findings(self, call: ModuleCall, event: LabelledEvent) -> Iterable[Finding]:
+        for arg in event.args:
+            index = int(arg.name.rsplit("[", 1)[1].rstrip("]")) if "[" in arg.name else 0
+            if arg.name.startswith("grad_input"):
+                if arg.value is None:
+                    tensor = index < len(call.inputs) and call.inputs[index] is not None
+                    why = ("no input of the module requires grad" if tensor
+                           else f"argument {index} is not a tensor")
+                    yield Finding("none", f"full {arg.name} is None: {why}")
+                elif self.needs_no_grad(call, index):
+                    name = self.argument_name(call, index) or f"argument {index}"
+                    yield Finding("zeros", f"full {arg.name} is zeros, not None: "
+                                  f"{short_name(name)} does not require grad, but another "
+                                  "input does")
+            elif arg.value is None:
+                yield Finding("none", f"full {arg.name} is None: output {index} got no "
+                              "gradient in this backward")
+
+    def needs_no_grad(self, call: ModuleCall, index: int) -> bool:
+        tensors = call.arguments or call.inputs
+        record = self.record(self.legacy, tensors[index] if index < len(tensors) else None)
+        return record is not None and not record.requires_grad
+
+    def silent(self, call: ModuleCall, legacy: LabelledEvent | None,
+               full: LabelledEvent | None, run: int) -> Iterable[Finding]:
+        """Why a hook did not fire for this call."""
+        module = module_title(self.module)
+        if legacy is None and full is None:
+            yield Finding("never_fires", f"neither hook fired in run {run}: no gradient "
+                          f"reached {module}")
+            return
+        if legacy is None:
+            node = self.graph_name(self.legacy, call.legacy_node)
+            made = self.record_name(self.legacy, call.outputs[0]) if call.outputs else None
+            unused_first = full is not None and any(
+                arg.name == "grad_output[0]" and arg.value is None for arg in full.args)
+            if call.legacy_node is None:
+                why = (f"{module}'s first output has no grad_fn (it returns a leaf unchanged), "
+                       "so the hook was registered on nothing")
+            elif unused_first:
+                why = (f"it sits on {node}, which made the first output "
+                       f"{short_name(made or '?')}; only a later output is used, so {node} "
+                       "never ran")
+            else:
+                why = f"the node it sits on ({node}) did not run in run {run}"
+            yield Finding("never_fires", f"legacy never fires: {why}")
+            return
+        warned = [warning.message for walk_pass in self.session.walk.passes
+                  if walk_pass.mode == "full" for warning in walk_pass.warnings
+                  if warning.module == self.module]
+        why = (f"torch warned: {warned[0]}" if warned
+               else f"no gradient reached {module}'s inputs")
+        yield Finding("never_fires", f"full never fires: {why}")
+
+    # --- the verdict --------------------------------------------------------------------------
+
+    def verdict(self, calls: tuple[CallDiff, ...]) -> str:
+        module = module_title(self.module)
+        if not calls:
+            return f"no backward ran through {module}: neither hook fires"
+        if all(call.legacy_seq is None for call in calls):
+            if all(call.full_seq is None for call in calls):
+                return f"neither hook fires: no gradient reaches {module}"
+            reason = next(finding.text for call in calls for finding in call.findings
+                          if finding.kind == "never_fires")
+            return f"{reason}: use register_full_backward_hook"
+        differing = [call for call in calls if not all(row.same for row in call.rows)]
+        if not differing:
+            both = _listed(_meanings(calls[0], "legacy"))
+            return (f"legacy and full agree: the operands of {_op(self.last_node or '?')} are "
+                    f"{module}'s arguments, in order, so both give {both}; "
+                    "register_full_backward_hook is still the one torch documents")
+        return self.differs(differing[0])
+
+    def differs(self, call: CallDiff) -> str:
+        module = module_title(self.module)
+        legacy = _meanings(call, "legacy")
+        full = _meanings(call, "full")
+        op = _op(self.last_node or "?")
+        if call.legacy_seq is None:
+            return ("legacy does not fire for every call (see above): use "
+                    "register_full_backward_hook")
+        operands = "the input" if len(legacy) == 1 else "the operands"
+        head = f"legacy grad_input is {_listed(legacy)}, {operands} of the last op {op}"
+        if call.full_seq is None:
+            return f"{head}; the full hook does not fire here (see above)"
+        inputs = "input" if len(full) == 1 else "inputs"
+        advice = []
+        module_call = self.legacy.calls[call.call]
+        extras = [meaning for meaning in legacy if meaning is not None
+                  and self.argument_index(module_call, meaning) is None]
+        if not extras and {m.wrt for m in legacy if m} == {m.wrt for m in full if m}:
+            in_order = all(self.argument_index(module_call, meaning) == position
+                           for position, meaning in enumerate(legacy) if meaning is not None)
+            if in_order:
+                return (f"{head}: full's derivatives, plus None for {op}'s operands without "
+                        f"gradient; register_full_backward_hook gives exactly {module}'s "
+                        f"{inputs}")
+            return (f"{head}: the same derivatives as full's, in {op}'s operand order "
+                    f"(with None where an operand has no gradient), not {module}'s argument "
+                    "order: use register_full_backward_hook to get them by argument")
+        if all(meaning is None for meaning in full):
+            head += (f"; full grad_input is {_listed(full)}, as no input of {module} requires "
+                     "grad")
+        else:
+            head += f", not {_listed(full)}, {module}'s {inputs}"
+            advice.append(f"use register_full_backward_hook for {_listed(full)}")
+        for meaning in extras:
+            wanted = f"∂{meaning.of}/∂{short_name(meaning.wrt)}"
+            if self.is_leaf(meaning.wrt):
+                advice.append(f"read {meaning.wrt}.grad or use a post-accumulate-grad hook for "
+                              f"{wanted}")
+            elif ":" not in meaning.wrt and "#" not in meaning.wrt:
+                advice.append(f"use a tensor hook on {self.tensor_words(meaning.wrt)} for "
+                              f"{wanted}")
+        if not advice:
+            return head
+        return f"{head}: {', or '.join(advice)}"
+
+
+def _meanings(call: CallDiff, side: Literal["legacy", "full"]) -> list[Meaning | None]:
+    found = []
+    for row in call.rows:
+        arg = row.legacy if side == "legacy" else row.full
+        if arg is not None and row.name.startswith("grad_input"):
+            found.append(arg.meaning if arg.value is not None else None)
+    return found
+
+
+def _listed(meanings: list[Meaning | None]) -> str:
+    """One derivative as it is; several as a tuple, in hook order."""
+    texts = ["None" if meaning is None else meaning.text for meaning in meanings]
+    return texts[0] if len(texts) == 1 else f"({', '.join(texts)})"
+
+
+def _op(node: str) -> str:
+    """`SigmoidBackward0` reads as `Sigmoid`."""
+    for suffix in ("Backward0", "Backward1", "Backward2", "Backward3", "Backward4"):
+        if node.endswith(suffix):
+            return node.removesuffix(suffix)
+    return node
+
+
+def _same(left: LabelledArg, right: LabelledArg) -> bool:
+    if left.value is None or right.value is None:
+        return left.value is None and right.value is None
+    if left.meaning is None or right.meaning is None:
+        return False
+    return (left.meaning.of, left.meaning.wrt, left.meaning.layout, left.meaning.partial) == (
+        right.meaning.of, right.meaning.wrt, right.meaning.layout, right.meaning.partial)
+
+
+def _ordered(names: list[str]) -> list[str]:
+    """grad_input[0], grad_input[1], ... then grad_output[0], ..., each once."""
+    def key(name: str) -> tuple[int, int]:
+        kind, _, rest = name.partition("[")
+        return (0 if kind == "grad_input" else 1, int(rest.rstrip("]") or 0))
+    return sorted(dict.fromkeys(names), key=key)
+
+
+def _unique(findings: list[Finding]) -> list[Finding]:
+    """Each finding once, in first-seen order."""
+    return list(dict.fromkeys(findings))
+
+
+__all__ = ["ArgRow", "CallDiff", "Finding", "HookDiff", "ModuleDiff", "call_headings", "compare",
+           "module_title"]

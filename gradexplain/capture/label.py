@@ -1,0 +1,478 @@
+"""Labels: which derivative each hook argument is, read structurally from the recorded graph.
+
+Never from values (they coincide: dz/dz = 1, zeros, equal gradients). For each gradient argument
+this finds the graph position it belongs to and the edges its value is the sum of:
+- a legacy module hook is a post-hook of the module's last node: `grad_input[i]` is that node's
+  i-th edge (operand order of the last op), `grad_output[j]` its j-th output;
+- a full hook sits on the BackwardHookFunctionBackward wrappers: `grad_input[i]` is the i-th
+  positional input, `grad_output[j]` the j-th output;
+- tensor hooks see the whole gradient of their tensor, Node hooks their node's edges and outputs.
+An unnamed position is described through the views that lead to a named tensor (a transposed
+weight, a reshaped layer output); a value that is only some of a tensor's edges says so.
+A gradient no real edge carries is zeros, labelled as such: a full hook's wrapper hands zeros to
+an input the module never uses, and the engine passes them on to nodes (and leaves) the output
+does not depend on, which the hook-free graph does not even contain.
+The result is a claim (`Meaning`) and how to compute it independently (`Site`); `verify` checks.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+
+from gradexplain.records.graph import ACCUMULATE, Edge, GraphView, Position
+from gradexplain.records.trace import Arg, Event, ModuleCall, PassTrace, Run, canonical_name
+from gradexplain.records.walk import Layout, Meaning
+
+# Nodes whose output is a view of their single input: (kind, layout word).
+VIEWS = {
+    "TBackward0": "transpose",
+    "ViewBackward0": "reshape",
+    "ReshapeAliasBackward0": "reshape",
+    "UnsafeViewBackward0": "reshape",
+    "SqueezeBackward0": "reshape",
+    "SqueezeBackward1": "reshape",
+    "SqueezeBackward4": "reshape",
+    "UnsqueezeBackward0": "reshape",
+    "ExpandBackward0": "expand",
+}
+
+Ranked = tuple[int, int]
+
+
+@dataclass(frozen=True)
+class Site:
+    """How to compute a label's claim in the hook-free run: the gradient at `position` (or only
+    the sum over `edges`), transposed `transposes` times, reshaped to the argument if `reshape`.
+    `runs` lists the backward calls a `.grad` has summed; `zeros` is a full hook's zero tensor."""
+
+    run: int
+    position: Ranked | None
+    edges: frozenset[Ranked] | None = None
+    transposes: int = 0
+    reshape: bool = False
+    zeros: bool = False
+    runs: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Label:
+    meaning: Meaning | None
+    site: Site | None
+
+
+NO_LABEL = Label(None, None)
+
+
+@dataclass(frozen=True)
+class EventLabels:
+    event: Event
+    labels: tuple[Label, ...]
+    why: str | None
+    call: int | None = None  # for module backward hooks: the index of the ModuleCall it serves
+
+
+def label_pass(trace: PassTrace) -> tuple[GraphView, list[EventLabels]]:
+    """Every event of the pass with a label for each argument."""
+    labeller = _Labeller(trace)
+    return labeller.view, [labeller.event(event) for event in trace.events]
+
+
+# A Python model's tensors have no names of their own: `head.weight` and `encoder.0.weight` are
+# told apart only by their paths, so while this is set every name is shown whole.
+_whole_names: ContextVar[bool] = ContextVar("gradexplain_whole_names", default=False)
+
+
+@contextmanager
+def whole_names(on: bool) -> Iterator[None]:
+    """Within the block, `short_name` keeps module paths when `on` (a Python model's walk)."""
+    token = _whole_names.set(on)
+    try:
+        yield
+    finally:
+        _whole_names.reset(token)
+
+
+def short_name(name: str) -> str:
+    """What a person calls a tensor in a formula: the last part of its path (`module2.t` -> t);
+    the whole name for a Python model's tensors (see `whole_names`)."""
+    if ":" in name or _whole_names.get():
+        return name
+    return name.rsplit(".", 1)[-1]
+
+
+def latex_name(name: str) -> str:
+    """A tensor name as LaTeX: `x`, `w_{1}`, `\\mathrm{weight}`, `t^{(2)}` for `t@2`."""
+    base, _, use = short_name(name).partition("@")
+    if re.fullmatch(r"[A-Za-z]", base):
+        text = base
+    elif match := re.fullmatch(r"([A-Za-z])_?(\d+)", base):
+        text = f"{match.group(1)}_{{{match.group(2)}}}"
+    else:
+        escaped = base.replace("\\", "").replace("_", r"\_").replace(":", r"{:}")
+        text = rf"\mathrm{{{escaped}}}"
+    return f"{text}^{{({use})}}" if use else text
+
+
+class _Labeller:
+    def __init__(self, trace: PassTrace) -> None:
+        self.trace = trace
+        self.view = GraphView(trace)
+        self.reachable: dict[int, set[str]] = {
+            run.index: self.view.reachable(self.view.resolve(self.view.raw_position(run.root)))
+            for run in trace.runs
+        }
+        self.seeded: dict[int, set[Position]] = {
+            run.index: self.seed_chain(self.view.raw_position(run.root)) for run in trace.runs
+        }
+
+    def seed_chain(self, raw: Position | None) -> set[Position]:
+        """The raw positions the seed gradient arrives at: the root and, when it is a full
+        hook's wrapper output, every wrapper output below it down to the real tensor."""
+        chain: set[Position] = set()
+        while raw is not None and raw not in chain:
+            chain.add(raw)
+            if not self.view.is_identity(raw[0]):
+                break
+            child, number = self.view.nodes[raw[0]].next[raw[1]]
+            raw = None if child is None else (child, number)
+        return chain
+
+    # --- events -------------------------------------------------------------------------------
+
+    def event(self, event: Event) -> EventLabels:
+        if event.run == 0:
+            return EventLabels(event, tuple(NO_LABEL for _ in event.args), None)
+        run = self.trace.runs[event.run - 1]
+        labels = tuple(self.arg(event, run, arg) for arg in event.args)
+        return EventLabels(event, labels, self.why(event), self.call_of(event))
+
+    def call_of(self, event: Event) -> int | None:
+        """Which call of its module a backward hook serves: a legacy hook the call whose last
+        node it sits on, a full hook the call whose wrappers it sits on."""
+        if event.hook == "backward":
+            for index, call in enumerate(self.trace.calls):
+                if call.module == event.target and call.legacy_node == event.node_id:
+                    return index
+        elif event.hook in ("full_backward_pre", "full_backward"):
+            served, _, _ = self.full_call(event)
+            if served is not None:
+                return self.trace.calls.index(served)
+        return None
+
+    def arg(self, event: Event, run: Run, arg: Arg) -> Label:
+        if arg.value is None:
+            return NO_LABEL
+        name, index = _split(arg.name)
+        hook, node = event.hook, event.node_id
+        if hook == "tensor":
+            record = self.trace.named(event.target)
+            return self.whole(run, self.view.raw_position(record.index if record else None))
+        if hook == "post_accumulate_grad":
+            return self.accumulated(run, event.target)
+        if node is None or node not in self.view.nodes:
+            return NO_LABEL
+        if name in ("grad_outputs", "grad_output") and hook in ("node_pre", "node", "backward"):
+            return self.whole(run, (node, index))
+        if name in ("grad_inputs", "grad_input") and hook in ("node", "backward"):
+            return self.edge(run, node, index)
+        if hook in ("full_backward_pre", "full_backward"):
+            return self.full(event, run, name, index)
+        return NO_LABEL
+
+    def full(self, event: Event, run: Run, name: str, index: int) -> Label:
+        """Full hooks: grad_input[i] is the i-th positional input, grad_output[j] the j-th
+        output, each read at the wrapper node that carries it."""
+        call, wrapper_in, wrapper_out = self.full_call(event)
+        if call is None:
+            return NO_LABEL
+        if name == "grad_output":
+            if wrapper_out is None or call.outputs[index] is None:
+                return NO_LABEL
+            return self.whole(run, (wrapper_out, _tensor_rank(call.outputs, index)))
+        if wrapper_in is None or call.inputs[index] is None:
+            return NO_LABEL
+        rank = _tensor_rank(call.inputs, index)
+        if self.view.nodes[wrapper_in].next[rank][0] is None:
+            return self.zeros(run, call, index)
+        return self.whole(run, (wrapper_in, rank))
+
+    def full_call(self, event: Event) -> tuple[ModuleCall | None, str | None, str | None]:
+        """The call a full hook event belongs to, its input wrapper and its output wrapper."""
+        for call in self.trace.calls:
+            if call.module != event.target:
+                continue
+            wrapper_in = self.wrapper_of(call.inputs)
+            wrapper_out = self.output_wrapper(call)
+            if event.node_id in (wrapper_in, wrapper_out):
+                return call, wrapper_in, wrapper_out
+        return None, None, None
+
+    def wrapper_of(self, tensors: tuple[int | None, ...]) -> str | None:
+        for index in tensors:
+            position = self.view.raw_position(index)
+            if position is not None and self.view.is_identity(position[0]):
+                return position[0]
+        return None
+
+    def output_wrapper(self, call: ModuleCall) -> str | None:
+        for index in call.outputs:
+            position = self.view.raw_position(index)
+            if position is None:
+                continue
+            for consumer, _ in self.view.raw_consumers.get(position, []):
+                if self.view.is_identity(consumer):
+                    return consumer
+        return None
+
+    def why(self, event: Event) -> str | None:
+        if event.hook != "backward" or event.node is None:
+            return None
+        who = f"{event.target}.forward" if event.target else "the model's forward"
+        output = self.view.names.get((event.node_id or "", 0))
+        named = f", which made {short_name(_canonical(output))}" if output else ""
+        return (f"legacy hooks sit on the grad_fn of the module's first output: {event.node}, "
+                f"the last op of {who}{named}; grad_input follows that op's operands")
+
+    # --- kinds of label ---------------------------------------------------------------------
+
+    def whole(self, run: Run, raw: Position | None) -> Label:
+        """All the gradient arriving at a raw position (through wrappers, if it is one)."""
+        if raw is None:
+            return NO_LABEL
+        if (self.view.is_identity(raw[0]) and not self.view.uses(raw)
+                and raw not in self.seeded[run.index]):
+            # A wrapper output no op reads and the seed does not arrive at: the wrapper's
+            # backward fills in zeros for it.
+            return self.unused(run, raw)
+        position = self.view.resolve(raw)
+        if position is None:
+            return NO_LABEL
+        return self.describe(run, position, self.view.uses(raw)
+                             if self.view.is_identity(raw[0]) else None)
+
+    def edge(self, run: Run, node: str, number: int) -> Label:
+        """What flows along one edge of a node: the node's share of its input's gradient."""
+        if self.view.is_identity(node):
+            if self.view.nodes[node].next[number][0] is None:
+                return self.wrapper_zeros(run, node, number)
+            return self.whole(run, (node, number))
+        position = self.view.resolve(self.view.nodes[node].next[number])
+        if position is None:
+            return NO_LABEL
+        if not self.view.in_real_graph(node):
+            # A node the output does not depend on ran only on a wrapper's zeros: its every
+            # share is zero (a backward is linear in the gradient it is given).
+            return self.no_gradient(run, position)
+        return self.describe(run, position, frozenset({(node, number)}))
+
+    def accumulated(self, run: Run, leaf: str) -> Label:
+        record = self.trace.named(leaf)
+        label = self.whole(run, self.view.raw_position(record.index if record else None))
+        if label.site is None or label.meaning is None:
+            return label
+        runs = [earlier.index for earlier in self.trace.summed_runs(run.index)]
+        meaning = label.meaning
+        if len(runs) > 1:
+            text = f"{short_name(leaf)}.grad = Σ of {len(runs)} backward calls' {meaning.text}"
+            latex = rf"\sum_{{{len(runs)}\ \mathrm{{calls}}}} {meaning.latex}"
+        else:
+            text, latex = f"{short_name(leaf)}.grad = {meaning.text}", meaning.latex
+        return Label(Meaning(meaning.of, meaning.wrt, meaning.aliases, meaning.layout, text,
+                             latex, meaning.partial),
+                     Site(run.index, label.site.position, label.site.edges,
+                          zeros=label.site.zeros, runs=tuple(runs)))
+
+    def wrapper_zeros(self, run: Run, node: str, rank: int) -> Label:
+        """A full hook's input wrapper passes zeros for an input that does not require grad."""
+        found = self.wrapper_argument(node, rank)
+        return NO_LABEL if found is None else self.zeros(run, *found)
+
+    def wrapper_argument(self, node: str, rank: int) -> tuple[ModuleCall, int] | None:
+        """The call whose input wrapper `node` is, and which argument its `rank`-th output is."""
+        for call in self.trace.calls:
+            if self.wrapper_of(call.inputs) == node:
+                tensors = [index for index, item in enumerate(call.inputs) if item is not None]
+                if rank < len(tensors):
+                    return call, tensors[rank]
+        return None
+
+    def unused(self, run: Run, raw: Position) -> Label:
+        """Zeros at a wrapper output nothing reads: for an input wrapper, an argument the
+        module never uses (its full hook's grad_input entry is zeros, not None); for an output
+        wrapper, an output this run's result does not depend on (torch passes None for it, or
+        a stale grad_output left by an earlier backward call, which then fails its check)."""
+        found = self.wrapper_argument(*raw)
+        position = self.view.resolve(raw)
+        if found is not None:
+            return self.zeros(run, *found, unused=True, position=position)
+        if position is None:
+            return NO_LABEL
+        names = self.view.names.get(position, [])
+        wrt = _canonical(names) if names else self.synthetic(position)
+        return self.zero_label(run, wrt, names,
+                               f"{run.of} does not depend on {short_name(wrt)}")
+
+    def no_gradient(self, run: Run, position: Position) -> Label:
+        """Zeros at a position no real edge from the output reaches: only a full hook's
+        wrapper, which fills in zeros for what got no gradient, makes torch pass one here."""
+        names = self.view.names.get(position, [])
+        wrt = _canonical(names) if names else self.synthetic(position)
+        short = short_name(wrt)
+        return self.zero_label(run, wrt, names, f"{run.of} does not depend on {short}; the "
+                                                "zeros come from a full hook's wrapper")
+
+    def zeros(self, run: Run, call: ModuleCall, index: int, unused: bool = False,
+              position: Position | None = None) -> Label:
+        """Zeros for the module's `index`-th argument: one that does not require grad, or
+        (`unused`) one the module's forward never uses. Named as the tensor at its real
+        `position` is, if it has one (the leaf `x`, not a wrapper's view of it), then as the
+        caller and the module know it."""
+        names: list[str] = list(self.view.names.get(position, [])) if position else []
+        for tensors in (call.arguments, call.inputs):
+            record = self.view.record(tensors[index] if index < len(tensors) else None)
+            names += record.names if record else ()
+        wrt = _canonical(names) if names else f"{call.module or 'model'} input {index}"
+        short = short_name(wrt)
+        why = (f"no op in {call.module or 'the model'} uses {short}" if unused
+               else f"{short} does not require grad")
+        return self.zero_label(run, wrt, names, why)
+
+    def zero_label(self, run: Run, wrt: str, names: list[str], why: str) -> Label:
+        """`∂of/∂wrt = 0 (why)`, checked against zeros."""
+        short = short_name(wrt)
+        meaning = Meaning(run.of, wrt, _aliases(names, wrt), "as-is",
+                          f"∂{run.of}/∂{short} = 0 ({why})",
+                          rf"\frac{{\partial {latex_name(run.of)}}}{{\partial {latex_name(short)}}}"
+                          " = 0")
+        return Label(meaning, Site(run.index, None, zeros=True))
+
+    def describe(self, run: Run, position: Position, edges: frozenset[Edge] | None) -> Label:
+        """Name the tensor at `position`, through views if it has no name of its own."""
+        if not self.view.in_real_graph(position[0]):
+            return self.no_gradient(run, position)
+        reachable = self.reachable.get(run.index, set())
+        if edges is not None and edges >= self.view.consumers_within(position, reachable):
+            edges = None
+        transposes, reshaped, summed = 0, False, False
+        direction = ""
+        for _ in range(16):
+            if self.view.names.get(position) or edges is not None:
+                break
+            node = self.view.nodes[position[0]]
+            kind = VIEWS.get(node.name)
+            below = self.view.resolve(node.next[0] if node.next else None)
+            if kind is not None and below is not None and direction != "up":
+                if kind == "expand":
+                    summed = True
+                    position = below
+                    break
+                direction = "down"
+                transposes += kind == "transpose"
+                reshaped |= kind == "reshape"
+                position = below
+                share = frozenset({(node.id, 0)})
+                if share < self.view.consumers_within(below, reachable):
+                    edges = share
+                continue
+            users = self.view.consumers_within(position, reachable)
+            if len(users) == 1 and direction != "down":
+                (user, _), = users
+                user_kind = VIEWS.get(self.view.name_of(user))
+                if user_kind in ("transpose", "reshape"):
+                    direction = "up"
+                    transposes += user_kind == "transpose"
+                    reshaped |= user_kind == "reshape"
+                    position = (user, 0)
+                    continue
+            break
+        return self.meaning(run, position, edges, transposes, reshaped, summed)
+
+    def meaning(self, run: Run, position: Position, edges: frozenset[Edge] | None,
+                transposes: int, reshaped: bool, summed: bool) -> Label:
+        names = self.view.names.get(position, [])
+        wrt = _canonical(names) if names else self.synthetic(position)
+        layout: Layout = ("summed" if summed else "reshaped" if reshaped
+                          else "transposed" if transposes % 2 else "as-is")
+        short, of = short_name(wrt), run.of
+        text = f"∂{of}/∂{short}"
+        latex = rf"\frac{{\partial {latex_name(of)}}}{{\partial {latex_name(short)}}}"
+        if run.seed is not None:
+            # With a seed v (backward's `gradient`, grad's `grad_outputs`) what flows is the
+            # vector-Jacobian product vᵀ·J, not the derivative J itself.
+            text, latex = f"vᵀ·{text}", rf"v^{{\top}} {latex}"
+        partial = None
+        if edges is not None:
+            partial = ", ".join(sorted({short_name(self.output_name(node)) for node, _ in edges}))
+            text += f" (only the part via {partial})"
+            latex += rf"\Big|_{{\mathrm{{via}}\ {latex_name(partial.split(', ')[0])}}}"
+        if layout == "transposed":
+            text, latex = f"({text})ᵀ", rf"\left({latex}\right)^{{\top}}"
+        elif layout == "reshaped":
+            text, latex = f"{text}, reshaped", rf"\operatorname{{reshape}}\left({latex}\right)"
+        elif layout == "summed":
+            text += ", before summing over the broadcast dims"
+        rank = self.view.rank
+        site = Site(
+            run.index,
+            (rank[position[0]], position[1]),
+            None if edges is None else frozenset((rank[node], number) for node, number in edges),
+            transposes, reshaped,
+        )
+        if summed:
+            site = Site(run.index, site.position)
+        return Label(Meaning(of, wrt, _aliases(names, wrt), layout, text, latex, partial), site)
+
+    def output_name(self, node: str) -> str:
+        names = self.view.names.get((node, 0))
+        return _canonical(names) if names else self.synthetic((node, 0))
+
+    def synthetic(self, position: Position) -> str:
+        """A stable name for a tensor only a built-in layer or a sub-expression made: the op,
+        after the nearest named tensor computed from it (`z:mul` for the p * x in sum(p * x))."""
+        node = self.view.nodes[position[0]]
+        if node.name == ACCUMULATE:
+            return f"leaf#{self.view.rank[node.id]}"
+        op = re.sub(r"Backward\d*$", "", node.name).lower()
+        suffix = f"[{position[1]}]" if position[1] else ""
+        seen = {position}
+        frontier = [position]
+        while frontier:
+            current = frontier.pop(0)
+            for user, _ in sorted(self.view.consumers.get(current, []),
+                                  key=lambda edge: self.view.rank[edge[0]]):
+                above = (user, 0)
+                names = self.view.names.get(above)
+                if names:
+                    return f"{_canonical(names)}:{op}{suffix}"
+                if above not in seen:
+                    seen.add(above)
+                    frontier.append(above)
+        return f"{op}#{self.view.rank[node.id]}{suffix}"
+
+
+def _split(arg_name: str) -> tuple[str, int]:
+    match = re.fullmatch(r"(\w+)\[(\d+)\]", arg_name)
+    return (match.group(1), int(match.group(2))) if match else (arg_name, 0)
+
+
+def _tensor_rank(items: tuple[int | None, ...], index: int) -> int:
+    """Which wrapper output a module argument is: wrappers hold only the tensor arguments."""
+    return sum(1 for item in items[:index] if item is not None)
+
+
+def _canonical(names: list[str]) -> str:
+    found = canonical_name(names)
+    assert found is not None, "called for named tensors only"
+    return found
+
+
+def _aliases(names: list[str], canonical: str) -> tuple[str, ...]:
+    return tuple(sorted({name for name in names if name != canonical}))
+
+
+__all__ = ["EventLabels", "Label", "Site", "label_pass", "latex_name", "short_name",
+           "whole_names"]

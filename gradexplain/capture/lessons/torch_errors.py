@@ -1,0 +1,126 @@
+"""The errors people meet in autograd, explained: what torch said, why, and the fix.
+
+One small rule per error, matched on torch's own message (verified on torch 2.13, see
+`reference/torch-hook-facts.md` G1, G2, B04). Each rule reads only what the run recorded (the
+tensor differentiated, its shape, whether it required grad, which nodes had freed their saved
+tensors), so a saved session explains its errors without torch. No torch here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from gradexplain.errors import first_line_of
+from gradexplain.records.trace import RunError
+
+
+@dataclass(frozen=True)
+class ErrorExplanation:
+    """An error in plain words: `what` happened, `why` torch refuses it, and the `fix`."""
+
+    what: str
+    why: str
+    fix: str
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """The call that failed, as the spec wrote it: `y.backward()` or `autograd.grad(...)`."""
+
+    kind: str  # "backward" or "grad"
+    of: str
+    gradient: bool  # whether a gradient / grad_outputs was given
+    retain_graph: bool
+    earlier: tuple[int, ...]  # the runs before this one that went through the graph
+
+
+def explain(error: RunError, attempt: Attempt) -> ErrorExplanation:
+    """The first rule whose message matches, else torch's message with no more to add."""
+    message = error.message.lower()
+    for fragment, rule in _RULES:
+        if fragment in message:
+            return rule(error, attempt)
+    return ErrorExplanation(f"torch raised {error.category}", first_line_of(error.message),
+                       "read torch's message above; gradexplain has no rule for this error yet")
+
+
+def _shape(shape: tuple[int, ...]) -> str:
+    return "(" + ", ".join(str(size) for size in shape) + (",)" if len(shape) == 1 else ")")
+
+
+def _count(shape: tuple[int, ...]) -> int:
+    count = 1
+    for size in shape:
+        count *= size
+    return count
+
+
+def _call(attempt: Attempt) -> str:
+    return (f"{attempt.of}.backward()" if attempt.kind == "backward"
+            else f"torch.autograd.grad({attempt.of}, ...)")
+
+
+def _non_scalar(error: RunError, attempt: Attempt) -> ErrorExplanation:
+    seed = "gradient" if attempt.kind == "backward" else "grad_outputs"
+    return ErrorExplanation(
+        f"{_call(attempt)} on a non-scalar without `{seed}`",
+        f"{attempt.of} has shape {_shape(error.shape)}, {_count(error.shape)} elements. "
+        f"Backward computes a vector-Jacobian product vᵀ·J, and torch only makes up v = 1 "
+        f"for a one-element output: for {_count(error.shape)} outputs it cannot know how to "
+        "weigh them.",
+        f"give v yourself: {attempt.of}.backward(gradient=torch.ones_like({attempt.of})) "
+        f"(spec: `{seed}:`), or reduce to a scalar first: {attempt.of}.sum().backward(). "
+        "Both give the sum of every output's gradient, not one gradient per output.",
+    )
+
+
+def _second_time(error: RunError, attempt: Attempt) -> ErrorExplanation:
+    earlier = ", ".join(str(run) for run in attempt.earlier) or "an earlier call"
+    freed = ("; ".join(error.freed) if error.freed
+             else "the saved tensors of a node on the way")
+    return ErrorExplanation(
+        f"a second {_call(attempt)} through a graph already freed",
+        f"run {earlier} went through this graph without retain_graph=True, so torch freed "
+        f"what its nodes had saved for backward: {freed}. Nodes that save nothing (x + 3: "
+        "AddBackward0 keeps only the number alpha) could run again; these cannot.",
+        "pass retain_graph=True to every backward but the last one over the same graph "
+        "(spec: `retain_graph: true`), or run the forward again before the next backward.",
+    )
+
+
+def _no_grad(error: RunError, attempt: Attempt) -> ErrorExplanation:
+    return ErrorExplanation(
+        f"{_call(attempt)} of a tensor that does not require grad",
+        f"{attempt.of} does not require grad: nothing it was computed from has "
+        "requires_grad=True, so autograd recorded no graph for it (its grad_fn is None) and "
+        "there is nothing to go back through.",
+        "make the leaf you want a gradient for require it: torch.randn(2, requires_grad=True) "
+        "or x.requires_grad_() (spec: `requires_grad: true` on the input); parameters of "
+        "layers require grad already.",
+    )
+
+
+def _view_inplace(error: RunError, attempt: Attempt) -> ErrorExplanation:
+    return ErrorExplanation(
+        "an in-place change to a module output that a full backward hook wraps",
+        "register_full_backward_hook wraps the module's outputs in BackwardHookFunction, a "
+        "custom autograd Function returning views; modifying such a view in place would "
+        "bypass the hook's backward, so torch forbids it.",
+        "clone the output before changing it (out = out.clone()), or drop the module hook and "
+        "put a tensor hook on the output instead (out.register_hook(fn)): tensor hooks add no "
+        "wrapper.",
+    )
+
+
+_RULES: tuple[tuple[str, Callable[[RunError, Attempt], ErrorExplanation]], ...] = (
+    ("grad can be implicitly created only for scalar outputs", _non_scalar),
+    ("backward through the graph a second time", _second_time),
+    ("does not require grad and does not have a grad_fn", _no_grad),
+    ("of backwardhookfunction is a view and is being modified inplace", _view_inplace),
+)
+
+
+
+
+__all__ = ["Attempt", "ErrorExplanation", "explain"]

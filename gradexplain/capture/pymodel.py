@@ -1,0 +1,323 @@
+"""Python models: the user's own `nn.Module`, from the command line or the API, as a ModelSpec.
+
+`gradexplain walk path/to/file.py:make_model --input 4x3` (or `pkg.module:attr`) loads the
+attribute, an `nn.Module` or a zero-argument callable returning one; this runs the user's code,
+by their explicit choice (a YAML spec never does). Everything after that is the YAML pipeline:
+`python_spec` makes the ModelSpec the tracer, labeller and renderers read (inputs by the names
+the model's forward gives them, one backward of `loss`), and `PythonSource.build` makes the
+identical fresh builds the two passes and the check run need: deep copies of the model as
+loaded, and the same input tensors.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import importlib
+import importlib.util
+import inspect
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from gradexplain.capture.build import Built
+from gradexplain.errors import BadInput, Location, first_line
+from gradexplain.language.model import (
+    BackwardSpec,
+    DType,
+    InputSpec,
+    LossKind,
+    ModelSpec,
+    ModuleSpec,
+    PythonModel,
+    TensorInit,
+)
+from gradexplain.target import TARGET, is_python_target
+
+# Bounds on what --input may ask for: a typo like 4000x3000x3 should be an error, not a hang.
+MAX_INPUT_ELEMENTS = 10_000_000
+INT_HIGH = 10  # integer inputs (token ids) are drawn from 0..9; --inputs FILE.pt for real ones
+
+_DTYPES: dict[str, torch.dtype] = {
+    "float32": torch.float32, "float64": torch.float64, "int64": torch.int64,
+}
+
+
+class ModelLoadError(BadInput):
+    """A Python model that cannot be loaded, called or fed: one line saying what to fix."""
+
+
+@dataclass(frozen=True)
+class InputShape:
+    """One `--input`: a shape and a dtype (`4x3`, `2x5:int64`)."""
+
+    shape: tuple[int, ...]
+    dtype: DType = "float32"
+
+    @property
+    def text(self) -> str:
+        dims = "x".join(str(size) for size in self.shape) or "scalar"
+        return dims if self.dtype == "float32" else f"{dims}:{self.dtype}"
+
+
+def parse_input(text: str) -> InputShape:
+    """`4x3` -> (4, 3); `2x5:int64`; `scalar` for a 0-d tensor. ModelLoadError otherwise."""
+    dims, _, dtype = text.strip().partition(":")
+    dtype = dtype or "float32"
+    if dtype not in _DTYPES:
+        raise ModelLoadError(f"--input {text!r}: dtype {dtype!r} is not one of "
+                             f"{', '.join(_DTYPES)}")
+    if dims == "scalar":
+        return InputShape((), dtype)  # type: ignore[arg-type]
+    parts = dims.lower().split("x")
+    if not all(part.isdigit() and int(part) > 0 for part in parts):
+        raise ModelLoadError(f"--input {text!r}: expected a shape such as 4x3 (positive sizes "
+                             "joined by x), optionally with :float64 or :int64")
+    shape = tuple(int(part) for part in parts)
+    elements = 1
+    for size in shape:
+        elements *= size
+    if elements > MAX_INPUT_ELEMENTS:
+        raise ModelLoadError(f"--input {text!r}: {elements:,} elements, more than the "
+                             f"{MAX_INPUT_ELEMENTS:,} gradexplain accepts")
+    return InputShape(shape, dtype)  # type: ignore[arg-type]
+
+
+def load_target(target: str) -> nn.Module:
+    """The module `target` names: the attribute itself, or what calling it returns."""
+    match = TARGET.match(target)
+    if match is None or not is_python_target(target):
+        raise ModelLoadError(f"{target!r}: expected FILE.py:NAME or package.module:NAME")
+    where, attr = match.group("where"), match.group("attr")
+    module = _import_file(where) if where.endswith(".py") else _import_module(where)
+    found: Any = module
+    for part in attr.split("."):
+        if not hasattr(found, part):
+            # What the user most likely meant: modules and functions defined in that file.
+            known = sorted(name for name, value in vars(module).items()
+                           if not name.startswith("_") and (isinstance(value, nn.Module) or (
+                               (inspect.isfunction(value) or (
+                                   inspect.isclass(value) and issubclass(value, nn.Module)))
+                               and value.__module__ == module.__name__)))
+            hint = f" (it has: {', '.join(known[:8])})" if known else ""
+            raise ModelLoadError(f"{target}: {where} has no attribute {attr!r}{hint}")
+        found = getattr(found, part)
+    return as_module(found, target)
+
+
+def as_module(found: Any, target: str, seed: int = 0) -> nn.Module:
+    """`found` if it is an nn.Module, else what calling it with no arguments returns, called
+    with torch's RNG seeded (so its random init is the same every time; the caller's RNG is
+    left as it was)."""
+    if isinstance(found, nn.Module):
+        return found
+    if (isinstance(found, type) and not issubclass(found, nn.Module)) or not callable(found):
+        raise ModelLoadError(f"{target}: {_a(type(found).__name__)}, not an nn.Module or a "
+                             "function returning one")
+    try:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            made = found()
+    except TypeError as error:
+        raise ModelLoadError(f"{target}: calling it with no arguments failed ({error}); name "
+                             "an nn.Module or a zero-argument function that returns one") from error
+    except Exception as error:
+        raise ModelLoadError(f"{target}: calling it raised {type(error).__name__}: "
+                             f"{first_line(error)}") from error
+    if not isinstance(made, nn.Module):
+        raise ModelLoadError(f"{target}: calling it returned {_a(type(made).__name__)}, not an "
+                             "nn.Module")
+    return made
+
+
+def _a(noun: str) -> str:
+    return f"an {noun}" if noun[:1].lower() in "aeiou" else f"a {noun}"
+
+
+def _import_file(where: str) -> Any:
+    path = Path(where)
+    if not path.is_file():
+        raise ModelLoadError(f"{where}: no such file")
+    # A name of its own per file, the same in every process (hash() of a str is not).
+    digest = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:12]
+    name = f"gradexplain_user_{path.stem}_{digest}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ModelLoadError(f"{where}: cannot be loaded as Python")
+    module = importlib.util.module_from_spec(spec)
+    # The file may import its neighbours, as it would when run as a script.
+    sys.path.insert(0, str(path.resolve().parent))
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as error:
+        sys.modules.pop(name, None)
+        raise ModelLoadError(f"{where}: running it raised {type(error).__name__}: "
+                             f"{first_line(error)}") from error
+    finally:
+        sys.path.remove(str(path.resolve().parent))
+    return module
+
+
+def _import_module(where: str) -> Any:
+    # A console script does not have the working directory on sys.path; `pkg.mod` in the
+    # directory the user stands in is what they mean.
+    added = "" not in sys.path and str(Path.cwd()) not in sys.path
+    if added:
+        sys.path.insert(0, str(Path.cwd()))
+    try:
+        return importlib.import_module(where)
+    except ModuleNotFoundError as error:
+        raise ModelLoadError(f"{where}: cannot import it ({error})") from error
+    except Exception as error:
+        raise ModelLoadError(f"{where}: importing it raised {type(error).__name__}: "
+                             f"{first_line(error)}") from error
+    finally:
+        if added:
+            sys.path.remove(str(Path.cwd()))
+
+
+def load_inputs(path: Path) -> tuple[torch.Tensor, ...]:
+    """The tensors in a `torch.save`d file: one tensor, or a list or tuple of them."""
+    if not path.is_file():
+        raise ModelLoadError(f"--inputs {path}: no such file")
+    try:
+        loaded = torch.load(path, weights_only=True)
+    except Exception as error:
+        raise ModelLoadError(f"--inputs {path}: not a tensor file torch can load safely "
+                             f"({first_line(error)})") from error
+    items = (loaded,) if isinstance(loaded, torch.Tensor) else loaded
+    if not isinstance(items, (tuple, list)) or not items or not all(
+            isinstance(item, torch.Tensor) for item in items):
+        raise ModelLoadError(f"--inputs {path}: expected a tensor or a list of tensors, found "
+                             f"{type(loaded).__name__}")
+    return tuple(items)
+
+
+def _forward_params(model: nn.Module) -> list[inspect.Parameter] | None:
+    """The parameters of the model's forward, or None when Python cannot say."""
+    try:
+        return list(inspect.signature(model.forward).parameters.values())
+    except (TypeError, ValueError):
+        return None
+
+
+def _positional(param: inspect.Parameter) -> bool:
+    return param.kind in (param.POSITIONAL_ONLY, param.POSITIONAL_OR_KEYWORD)
+
+
+def input_names(model: nn.Module, count: int) -> tuple[str, ...]:
+    """The forward's own parameter names for its positional inputs (`x`, `images`), else
+    `input.0`, `input.1`, ..."""
+    named = [param.name for param in _forward_params(model) or [] if _positional(param)]
+    reserved = {"output", "loss"}
+    if len(named) >= count and not reserved & set(named[:count]) and all(
+            "." not in name for name in named[:count]):
+        return tuple(named[:count])
+    return ("input",) if count == 1 else tuple(f"input.{index}" for index in range(count))
+
+
+def required_inputs(model: nn.Module) -> int | None:
+    """How many positional arguments the model's forward needs, or None if it takes *args."""
+    params = _forward_params(model)
+    if params is None or any(param.kind is param.VAR_POSITIONAL for param in params):
+        return None
+    return sum(1 for param in params if param.default is param.empty and _positional(param))
+
+
+@dataclass(frozen=True)
+class PythonSource:
+    """A loaded model and its inputs, kept pristine; `build()` hands out identical copies."""
+
+    spec: ModelSpec
+    model: nn.Module
+    inputs: tuple[torch.Tensor, ...]
+    description: str
+
+    def build(self) -> Built:
+        model = copy.deepcopy(self.model)
+        for parameter in model.parameters():
+            parameter.grad = None
+        inputs = tuple(_leaf(tensor) for tensor in self.inputs)
+        return Built(self.spec, model, inputs)
+
+
+def _leaf(tensor: torch.Tensor) -> torch.Tensor:
+    copied = tensor.detach().clone()
+    return copied.requires_grad_(copied.is_floating_point())
+
+
+def python_source(model: nn.Module, inputs: Sequence[torch.Tensor], target: str,
+                  loss: LossKind = "sum", command: str | None = None) -> PythonSource:
+    """The source of a Python model run: its spec, the model and inputs, and a description of
+    the model for reports (`print(model)`, the shapes, the loss)."""
+    if not inputs:
+        raise ModelLoadError(f"{target}: no inputs; give --input SHAPE for each of the "
+                             "model's forward arguments, or --inputs FILE.pt")
+    names = input_names(model, len(inputs))
+    where = Location(target)
+    specs = tuple(
+        InputSpec(name, TensorInit("randn", tuple(tensor.shape), _dtype_name(tensor)),
+                  tensor.is_floating_point(), where)
+        for name, tensor in zip(names, inputs, strict=True))
+    root = ModuleSpec("", "", names, (), (), (), (), ("output",), where)
+    backward = BackwardSpec("loss", None, False, 1, False, where)
+    about = (f"{type(model).__name__} from {target}: loss = {loss}(output), backpropagated "
+             "with loss.backward()")
+    spec = ModelSpec(_display_name(target), about, target, 0, "float32", specs, root,
+                     (backward,), (), (), (), (), PythonModel(target, loss))
+    shapes = ", ".join(f"{name}: {tuple(tensor.shape)} {_dtype_name(tensor)}"
+                       for name, tensor in zip(names, inputs, strict=True))
+    lines = [f"# {command}" if command else f"# {target}", f"# inputs: {shapes}",
+             f"# loss = output.{loss}(); loss.backward()", repr(model)]
+    return PythonSource(spec, model, tuple(inputs), "\n".join(lines) + "\n")
+
+
+def _dtype_name(tensor: torch.Tensor) -> DType:
+    name = str(tensor.dtype).removeprefix("torch.")
+    return name if name in _DTYPES else "float32"  # type: ignore[return-value]
+
+
+def _display_name(target: str) -> str:
+    """`models.py:make_mlp` and `pkg.models:make_mlp` -> `models:make_mlp`; an API title as is."""
+    if not is_python_target(target):
+        return target
+    where, _, attr = target.rpartition(":")
+    stem = Path(where).stem if where.endswith(".py") else where.rsplit(".", 1)[-1]
+    return f"{stem}:{attr}"
+
+
+def random_inputs(shapes: Sequence[InputShape], seed: int = 0) -> tuple[torch.Tensor, ...]:
+    """Seeded randn per shape (integers: 0..INT_HIGH-1), the caller's RNG left as it was."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return tuple(
+            torch.randint(0, INT_HIGH, item.shape) if item.dtype == "int64"
+            else torch.randn(item.shape, dtype=_DTYPES[item.dtype])
+            for item in shapes)
+
+
+def load_model(target: str) -> nn.Module:
+    """Load `target`; a factory is called with torch's RNG seeded (see `as_module`), so names
+    and values are the same on every run. Importing the file is not seeded: what it draws at
+    import is its own business (the caller's RNG is left as it was)."""
+    with torch.random.fork_rng(devices=[]):
+        return load_target(target)
+
+
+def check_arity(model: nn.Module, count: int, target: str) -> None:
+    """Too few inputs for the forward: say how many it takes, before anything runs."""
+    needed = required_inputs(model)
+    if needed is not None and count < needed:
+        names = input_names(model, needed)
+        raise ModelLoadError(f"{target}: its forward takes {needed} input(s) "
+                             f"({', '.join(names)}), {count} given; add --input SHAPE for each")
+
+
+__all__ = ["InputShape", "ModelLoadError", "PythonSource", "check_arity", "is_python_target",
+           "load_inputs", "load_model", "parse_input", "python_source", "random_inputs"]

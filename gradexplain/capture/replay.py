@@ -1,0 +1,189 @@
+"""The independent computation every label is checked against: a hook-free run of an identical
+build, and `torch.autograd.grad` of the same output with the same seed gradient.
+
+For each backward or grad call it computes, with no hook registered anywhere:
+- the whole gradient at every position of the graph (autograd.grad with GradientEdge inputs,
+  which also reaches tensors only a built-in layer made, like Linear's transposed weight);
+- each edge's share: the node's own backward applied to its output's gradient (a tensor used
+  twice gets one share per use).
+Positions are matched to the traced graph by the breadth-first order of `graphview`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.autograd.graph import GradientEdge
+
+from gradexplain.capture.build import Builder, build, make_tensor, observe
+from gradexplain.capture.label import Site
+from gradexplain.capture.trace import grad_outputs
+from gradexplain.errors import GradexplainError
+from gradexplain.language.model import ModelSpec
+from gradexplain.records.graph import ACCUMULATE, real_order
+from gradexplain.records.trace import PassTrace
+
+Node = Any  # torch.autograd.graph.Node
+Ranked = tuple[int, int]
+
+
+class ReplayMismatch(GradexplainError):
+    """The hook-free run built another graph than the traced one: nothing could be checked."""
+
+
+@dataclass(frozen=True)
+class RunValues:
+    """One backward or grad call replayed: gradients by position, and each edge's share."""
+
+    of: str
+    seed: torch.Tensor | None
+    totals: dict[Ranked, torch.Tensor | None]
+    edges: dict[Ranked, torch.Tensor | None]
+
+
+class Replay:
+    """The hook-free run of a spec and what every call of the traced pass computes in it."""
+
+    def __init__(self, spec: ModelSpec, trace: PassTrace, traced_order: list[str],
+                 make: Builder | None = None) -> None:
+        self.spec = spec
+        built = make() if make is not None else build(spec)
+        named: dict[str, torch.Tensor] = {}
+
+        def remember(name: str, value: Any) -> None:
+            if isinstance(value, torch.Tensor):
+                named.setdefault(name, value)
+
+        with observe(remember):
+            returned = built.forward()
+        named.update({name: value for name, value in returned.items()
+                      if isinstance(value, torch.Tensor)})
+        named.update(built.leaves())
+        self.named = named
+        # Every call's root orders the graph as the traced pass did. A call torch refused in
+        # the traced pass (a second backward without retain_graph) may still run here, where
+        # nothing is freed: the gradients it saw before the error are checked against that.
+        roots = [_position(named[run.of]) for run in trace.runs]
+        self.order: list[Node] = real_order(roots, _next, lambda node: False)
+        names = [node.name() for node in self.order]
+        if names != traced_order:
+            raise ReplayMismatch(
+                f"the hook-free check run built another autograd graph ({len(names)} nodes) "
+                f"than the traced pass ({len(traced_order)} nodes), so no label could be checked")
+        self.rank = {node: index for index, node in enumerate(self.order)}
+        self.runs: dict[int, RunValues] = {}
+        cache: dict[tuple[str, str, int], RunValues] = {}
+        for run in trace.runs:
+            key = (run.kind, run.of, run.call)
+            if key not in cache:
+                try:
+                    cache[key] = self.compute(run.of, self.seed(run.kind, run.of, run.call))
+                except RuntimeError:
+                    # torch refused this call here too (no graph, a non-scalar without a
+                    # seed): the traced call saw no gradient that could be checked.
+                    if not run.failed:
+                        raise
+                    continue
+            self.runs[run.index] = cache[key]
+
+    def seed(self, kind: str, of: str, call: int) -> torch.Tensor | None:
+        """The seed gradient of the spec's `call`-th backward or grad call, made again here."""
+        if kind == "backward":
+            gradient = self.spec.backwards[call].gradient
+            return None if gradient is None else make_tensor(gradient)
+        spec = self.spec.grads[call].grad_outputs
+        return None if spec is None else grad_outputs(spec, self.named[of])
+
+    def compute(self, of: str, seed: torch.Tensor | None) -> RunValues:
+        root = self.named[of]
+        positions = [(node, number) for node in self.order
+                     for number in range(len(node._input_metadata))]
+        grads = torch.autograd.grad(
+            root, [GradientEdge(node, number) for node, number in positions], seed,
+            retain_graph=True, allow_unused=True)
+        totals: dict[Ranked, torch.Tensor | None] = {(self.rank[node], number): grad
+                  for (node, number), grad in zip(positions, grads, strict=True)}
+        edges: dict[Ranked, torch.Tensor | None] = {}
+        with torch.no_grad():
+            for node in self.order:
+                rank = self.rank[node]
+                incoming = [totals[(rank, number)] for number in
+                            range(len(node._input_metadata))]
+                if node.name() == ACCUMULATE or all(grad is None for grad in incoming):
+                    continue
+                filled = [grad if grad is not None else torch.zeros(
+                    meta.shape, dtype=meta.dtype) for grad, meta in
+                          zip(incoming, node._input_metadata, strict=True)]
+                shares = node(*filled)
+                shares = shares if isinstance(shares, tuple) else (shares,)
+                for number, (share, (child, output)) in enumerate(
+                        zip(shares, node.next_functions, strict=False)):
+                    edges[(rank, number)] = _as_engine_does(share, child, output)
+        return RunValues(of, seed, totals, edges)
+
+    def position_shape(self, position: Ranked) -> tuple[int, ...]:
+        node = self.order[position[0]]
+        return tuple(node._input_metadata[position[1]].shape)
+
+    def expected(self, site: Site, shape: tuple[int, ...]) -> torch.Tensor:
+        """The value a label claims, computed here: summed over the runs a `.grad` holds,
+        then transposed and reshaped as the label's layout says."""
+        if site.zeros or site.position is None:
+            return torch.zeros(shape)
+        runs = site.runs or (site.run,)
+        value: torch.Tensor | None = None
+        for run in runs:
+            part = self.base(self.runs[run], site)
+            value = part if value is None else value + part
+        assert value is not None
+        if site.transposes % 2 and value.dim() == 2:
+            value = value.t()
+        if site.reshape and value.numel() == _numel(shape):
+            value = value.reshape(shape)
+        return value
+
+    def base(self, values: RunValues, site: Site) -> torch.Tensor:
+        assert site.position is not None
+        if site.edges is None:
+            found = values.totals.get(site.position)
+        else:
+            shares = [values.edges.get(edge) for edge in sorted(site.edges)]
+            present = [share for share in shares if share is not None]
+            found = sum(present[1:], present[0]) if present else None
+        if found is None:
+            return torch.zeros(self.position_shape(site.position))
+        return found.detach()
+
+
+def _as_engine_does(share: torch.Tensor | None, child: Node | None,
+                    output: int) -> torch.Tensor | None:
+    """A node called directly returns its shares unreduced; the engine sums each over the
+    dimensions its input was broadcast along. Do the same, so a share has its input's shape."""
+    if share is None or child is None:
+        return None
+    shape = tuple(child._input_metadata[output].shape)
+    return share if tuple(share.shape) == shape else share.sum_to_size(shape)
+
+
+def _next(node: Node) -> tuple[tuple[Node | None, int], ...]:
+    return tuple(node.next_functions)
+
+
+def _position(tensor: torch.Tensor) -> tuple[Node | None, int]:
+    if tensor.grad_fn is not None:
+        return tensor.grad_fn, tensor.output_nr
+    if tensor.requires_grad:
+        return torch.autograd.graph.get_gradient_edge(tensor).node, 0
+    return None, 0
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    count = 1
+    for size in shape:
+        count *= size
+    return count
+
+
+__all__ = ["Replay", "ReplayMismatch", "RunValues"]

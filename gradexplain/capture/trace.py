@@ -1,0 +1,495 @@
+"""The tracer: the only place that registers hooks. One pass = one build, every hook, one record.
+
+A pass registers, inside one ExitStack so that all of them are removed even on error:
+forward pre-hooks and forward hooks on every module; legacy `register_backward_hook` (mode
+"legacy") or `register_full_backward_pre_hook` + `register_full_backward_hook` (mode "full") on
+every module; a tensor hook on every named tensor that requires grad; a post-accumulate-grad hook
+on every leaf that requires grad; and, once the forward has built the graph, a Node pre-hook and
+post-hook on every autograd node reachable from what the spec differentiates. Then it runs the
+spec's backward and autograd.grad calls. Every call of every hook becomes an Event, in firing
+order, with its arguments copied to plain values at once (hooks never change what flows).
+
+Legacy and full module hooks cannot share a module (torch raises), hence two passes on two
+identical builds.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from collections import deque
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from contextvars import ContextVar
+from typing import Any
+
+import torch
+from torch import nn
+
+from gradexplain.capture.build import Built, build, make_tensor, observe
+from gradexplain.errors import ExpectationError, Location
+from gradexplain.language.model import GradOutputs, ModelSpec
+from gradexplain.records.trace import (
+    VALUE_LIMIT,
+    Arg,
+    Event,
+    GraphNode,
+    HookKind,
+    Mode,
+    ModuleCall,
+    PassTrace,
+    Phase,
+    Run,
+    RunError,
+    Summary,
+    TensorRecord,
+    TensorValue,
+    Warning_,
+    canonical_name,
+)
+
+Node = Any  # torch.autograd.graph.Node: C++ node classes without a usable static type
+
+
+def trace_both(spec: ModelSpec) -> tuple[PassTrace, PassTrace]:
+    """The legacy pass and the full pass, each on its own fresh build of `spec`."""
+    return trace(build(spec), "legacy"), trace(build(spec), "full")
+
+
+def trace(built: Built, mode: Mode) -> PassTrace:
+    """Run `built` forward and backward with every hook registered; return what they saw."""
+    with ExitStack() as hooks, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        recorder = _Recorder(built, mode, hooks)
+        recorder.caught = caught
+        recorder.register_module_hooks(hooks)
+        recorder.register_leaf_hooks(hooks)
+        with observe(recorder.named):
+            recorder.run_forward()
+        recorder.register_node_hooks(hooks)
+        recorder.run_backward()
+    return recorder.result()
+
+
+# Above this many elements a tensor is recorded as a summary the moment a hook sees it: copying
+# every value of every activation of a deep model costs more time than the whole forward and
+# backward. `--max-values` lowers it (DESIGN section 5 allows a summary above 10,000).
+_value_limit: ContextVar[int] = ContextVar("gradexplain_value_limit", default=VALUE_LIMIT)
+
+
+@contextmanager
+def value_limit(limit: int | None) -> Iterator[None]:
+    """Within the block, tensors above `limit` elements are summarised (None: the default)."""
+    token = _value_limit.set(VALUE_LIMIT if limit is None else min(limit, VALUE_LIMIT))
+    try:
+        yield
+    finally:
+        _value_limit.reset(token)
+
+
+def tensor_value(tensor: torch.Tensor | None) -> TensorValue | None:
+    """A tensor's values copied out now, in full precision, or a summary for a large one."""
+    if tensor is None:
+        return None
+    data = tensor.detach()
+    shape = tuple(data.shape)
+    dtype = str(data.dtype).removeprefix("torch.")
+    if data.numel() > _value_limit.get():
+        as_float = data.double()
+        low, high = torch.aminmax(as_float)
+        # One conversion for the four numbers: on a deep model this runs thousands of times,
+        # and each small torch call costs more than its arithmetic.
+        minimum, maximum, mean, norm = torch.stack(
+            [low, high, as_float.mean(), torch.linalg.vector_norm(as_float)]).tolist()
+        summary = Summary(minimum, maximum, mean, norm)
+        return TensorValue(shape, dtype, None, summary)
+    return TensorValue(shape, dtype, data.tolist())
+
+
+class _Recorder:
+    """The state of one pass while it runs: events so far, tensors met, nodes met."""
+
+    def __init__(self, built: Built, mode: Mode, hooks: ExitStack) -> None:
+        self.built = built
+        self.spec = built.spec
+        self.mode = mode
+        self.phase: Phase = "forward"
+        self.run = 0
+        self.events: list[Event] = []
+        self.caught: list[warnings.WarningMessage] = []
+        self.warnings: list[Warning_] = []
+        # Tensors are kept alive here so that id() stays unique for the whole pass.
+        self.tensor_objects: list[torch.Tensor] = []
+        self.tensor_index: dict[int, int] = {}
+        self.tensor_names: list[list[str]] = []
+        self.name_owner: dict[str, int] = {}
+        self.name_uses: dict[str, int] = {}
+        self.input_names = {spec.name for spec in built.spec.inputs}
+        self.node_ids: dict[Node, str] = {}
+        self.node_objects: list[Node] = []
+        # The node whose pre-hooks ran last: module backward hooks are post-hooks of that node.
+        self.current_node: Node | None = None
+        self.calls: list[ModuleCall] = []
+        self.arguments: dict[str, list[tuple[int | None, ...]]] = {}
+        self.runs: list[Run] = []
+        # What the top-level model returned, by the names it returns them under: with full hooks
+        # these are BackwardHookFunction views of the tensors named inside the model.
+        self.returned: dict[str, torch.Tensor] = {}
+        self.auto_names = built.spec.python is not None
+        self.hooks = hooks  # every hook of the pass is entered here, so all are removed
+
+    # --- tensors and nodes -----------------------------------------------------------------
+
+    def index(self, tensor: torch.Tensor) -> int:
+        key = id(tensor)
+        if key not in self.tensor_index:
+            self.tensor_index[key] = len(self.tensor_objects)
+            self.tensor_objects.append(tensor)
+            self.tensor_names.append([])
+        return self.tensor_index[key]
+
+    def canonical(self, index: int) -> str:
+        """The top-level name if the tensor has one, else the first module-qualified one."""
+        return canonical_name(self.tensor_names[index]) or f"tensor#{index}"
+
+    def named(self, name: str, value: Any) -> None:
+        """A step (or argument, or leaf) gave `value` a name; hook it the first time we see it.
+
+        A name belongs to the first tensor that gets it. When the same name comes again for
+        another tensor (a module called a second time), that tensor is named `name@2`, and so on.
+        With full backward hooks the top-level module's arguments are views of the inputs
+        (BackwardHookFunction wraps them): those views also answer to the input's name, but the
+        input keeps its hook and is what the name refers to.
+        """
+        if not isinstance(value, torch.Tensor):
+            return
+        owner = self.name_owner.get(name)
+        if owner is not None:
+            if owner == self.tensor_index.get(id(value)):
+                return
+            if name in self.input_names:
+                # The model's own view of an input: it answers to the input's name, but the
+                # name (and the tensor hook) stay with the input itself.
+                self.tensor_names[self.index(value)].append(name)
+                return
+            self.name_uses[name] = self.name_uses.get(name, 1) + 1
+            name = f"{name}@{self.name_uses[name]}"
+        index = self.index(value)
+        first = not self.tensor_names[index]
+        self.tensor_names[index].append(name)
+        self.name_owner[name] = index
+        if first and value.requires_grad:
+            self.hooks.enter_context(value.register_hook(self.tensor_hook(index)))
+
+    def node_id(self, node: Node | None) -> str | None:
+        if node is None:
+            return None
+        if node not in self.node_ids:
+            self.node_ids[node] = f"n{len(self.node_objects)}"
+            self.node_objects.append(node)
+        return self.node_ids[node]
+
+    def args(self, prefix: str, values: Sequence[Any]) -> list[Arg]:
+        return [self.arg(f"{prefix}[{i}]", value) for i, value in enumerate(values)]
+
+    def arg(self, name: str, value: Any) -> Arg:
+        if not isinstance(value, torch.Tensor):
+            return Arg(name, None, None)
+        known = self.tensor_index.get(id(value))
+        if known is None and self.phase == "forward":
+            known = self.index(value)
+        return Arg(name, tensor_value(value), known)
+
+    def record(self, hook: HookKind, target: str, node: Node | None, args: list[Arg]) -> None:
+        self.flush_warnings()
+        name = None if node is None else node.name()
+        self.events.append(Event(len(self.events), self.phase, self.run, hook, target, name,
+                                 tuple(args), self.node_ids.get(node)))
+
+    def flush_warnings(self) -> None:
+        after = len(self.events) - 1 if self.events else None
+        for message in self.caught[len(self.warnings):]:
+            self.warnings.append(Warning_(message.category.__name__, str(message.message),
+                                          self.phase, after))
+
+    # --- hooks ----------------------------------------------------------------------------
+
+    def register_module_hooks(self, hooks: ExitStack) -> None:
+        for path, module in self.built.model.named_modules():
+            hooks.enter_context(module.register_forward_pre_hook(self.forward_pre_hook(path)))
+            hooks.enter_context(module.register_forward_hook(self.forward_hook(path)))
+            if self.mode == "legacy":
+                hooks.enter_context(
+                    module.register_backward_hook(self.backward_hook(path, "backward")))
+            else:
+                hooks.enter_context(
+                    module.register_full_backward_pre_hook(self.full_backward_pre_hook(path)))
+                hooks.enter_context(
+                    module.register_full_backward_hook(self.backward_hook(path, "full_backward")))
+
+    def register_leaf_hooks(self, hooks: ExitStack) -> None:
+        for name, tensor in self.built.leaves().items():
+            self.named(name, tensor)
+            if tensor.requires_grad:
+                hooks.enter_context(
+                    tensor.register_post_accumulate_grad_hook(self.post_accumulate_hook(name)))
+
+    def register_node_hooks(self, hooks: ExitStack) -> None:
+        """Hook every node reachable from what the spec differentiates, numbered breadth-first."""
+        queue = deque(tensor.grad_fn for tensor in self.roots() if tensor.grad_fn is not None)
+        seen: set[Node] = set()
+        while queue:
+            node = queue.popleft()
+            if node in seen:
+                continue
+            seen.add(node)
+            node_id = self.node_id(node)
+            assert node_id is not None
+            hooks.enter_context(node.register_prehook(self.node_pre_hook(node)))
+            hooks.enter_context(node.register_hook(self.node_hook(node)))
+            queue.extend(child for child, _ in node.next_functions if child is not None)
+
+    def roots(self) -> list[torch.Tensor]:
+        names = [backward.of for backward in self.spec.backwards]
+        names += [call.of for call in self.spec.grads]
+        return [self.differentiated(name) for name in names]
+
+    def tensor_named(self, name: str) -> torch.Tensor:
+        return self.tensor_objects[self.name_owner[name]]
+
+    def forward_pre_hook(self, path: str) -> Any:
+        def hook(module: nn.Module, inputs: tuple[Any, ...]) -> None:
+            args = self.args("input", inputs)
+            self.arguments.setdefault(path, []).append(tuple(arg.tensor for arg in args))
+            self.record("forward_pre", path, None, args)
+        return hook
+
+    def name_outputs(self, path: str, outputs: Sequence[Any]) -> None:
+        """A Python model has no step names: a module's outputs are named by its path and the op
+        that made them (`encoder.0:addmm`), the same in both passes and every run."""
+        for number, value in enumerate(outputs):
+            if isinstance(value, torch.Tensor) and value.grad_fn is not None:
+                suffix = "" if len(outputs) == 1 else f".{number}"
+                self.named(f"{path}:{op_name(value.grad_fn)}{suffix}", value)
+
+    def forward_hook(self, path: str) -> Any:
+        def hook(module: nn.Module, inputs: tuple[Any, ...], output: Any) -> None:
+            outputs = output if isinstance(output, tuple) else (output,)
+            args = self.args("input", inputs)
+            if isinstance(output, tuple):
+                args += self.args("output", outputs)
+            else:
+                args.append(self.arg("output", output))
+            self.record("forward", path, None, args)
+            if self.auto_names and path:
+                self.name_outputs(path, outputs)
+            first = next((item for item in outputs if isinstance(item, torch.Tensor)), None)
+            self.calls.append(ModuleCall(
+                path,
+                tuple(arg.tensor for arg in args if arg.name.startswith("input")),
+                tuple(arg.tensor for arg in args if arg.name.startswith("output")),
+                self.node_id(None if first is None else first.grad_fn),
+                self.arguments[path].pop() if self.arguments.get(path) else (),
+            ))
+        return hook
+
+    def backward_hook(self, path: str, kind: HookKind) -> Any:
+        """A legacy ("backward") or full ("full_backward") module hook: same signature."""
+        def hook(module: nn.Module, grad_input: tuple[Any, ...],
+                 grad_output: tuple[Any, ...]) -> None:
+            self.record(kind, path, self.current_node,
+                        self.args("grad_input", grad_input) + self.args("grad_output",
+                                                                          grad_output))
+        return hook
+
+    def full_backward_pre_hook(self, path: str) -> Any:
+        def hook(module: nn.Module, grad_output: tuple[Any, ...]) -> None:
+            self.record("full_backward_pre", path, self.current_node,
+                        self.args("grad_output", grad_output))
+        return hook
+
+    def tensor_hook(self, index: int) -> Any:
+        def hook(grad: torch.Tensor) -> None:
+            tensor = self.tensor_objects[index]
+            self.record("tensor", self.canonical(index), tensor.grad_fn, [self.arg("grad", grad)])
+        return hook
+
+    def post_accumulate_hook(self, name: str) -> Any:
+        def hook(tensor: torch.Tensor) -> None:
+            # The hook receives the leaf itself; what it is there to show is the .grad just
+            # accumulated, so that is the value recorded under the argument's name.
+            self.record("post_accumulate_grad", name, None,
+                        [Arg("tensor", tensor_value(tensor.grad), self.tensor_index[id(tensor)])])
+        return hook
+
+    def node_pre_hook(self, node: Node) -> Any:
+        def hook(grad_outputs: tuple[Any, ...]) -> None:
+            self.current_node = node
+            self.record("node_pre", self.node_ids[node], node,
+                        self.args("grad_outputs", grad_outputs))
+        return hook
+
+    def node_hook(self, node: Node) -> Any:
+        def hook(grad_inputs: tuple[Any, ...], grad_outputs: tuple[Any, ...]) -> None:
+            self.record("node", self.node_ids[node], node,
+                        self.args("grad_inputs", grad_inputs)
+                        + self.args("grad_outputs", grad_outputs))
+        return hook
+
+    # --- running ----------------------------------------------------------------------------
+
+    def run_forward(self) -> None:
+        self.returned = self.built.forward()
+        for value in self.returned.values():
+            self.index(value)
+
+    def differentiated(self, name: str) -> torch.Tensor:
+        """The tensor a backward or grad of `name` starts from: what a caller of the model holds
+        for a returned name (`z = model(x); z.backward()`), else the tensor with that name."""
+        returned = self.returned.get(name)
+        return returned if returned is not None else self.tensor_named(name)
+
+    def run_backward(self) -> None:
+        """The spec's backward calls in order, then its autograd.grad calls. torch's errors are
+        recorded on the run (expected or not) and the next call still runs, as in a notebook."""
+        self.flush_warnings()  # what the forward warned belongs to the forward
+        self.phase = "backward"
+        leaves = [tensor for tensor in self.built.leaves().values() if tensor.requires_grad]
+        fresh = True
+        for number, backward in enumerate(self.spec.backwards):
+            gradient = None if backward.gradient is None else make_tensor(backward.gradient)
+            for time in range(backward.times):
+                zero = backward.zero_grad if time == 0 else backward.zero_grad_between
+                if zero:
+                    for leaf in leaves:
+                        leaf.grad = None
+                of = self.differentiated(backward.of)
+                before = self.leaf_grads()
+                self.run += 1
+                error = self.attempt(
+                    lambda: torch.autograd.backward(of, gradient,  # noqa: B023
+                                                    retain_graph=backward.retain_graph),  # noqa: B023
+                    of, backward.expect_error, backward.where)
+                self.runs.append(Run(self.run, "backward", backward.of, (), (),
+                                     self.tensor_index.get(id(of)), fresh or zero, number,
+                                     tensor_value(gradient), before, self.leaf_grads(), error))
+                fresh = False
+        for number, call in enumerate(self.spec.grads):
+            of = self.differentiated(call.of)
+            inputs = [self.tensor_named(name) for name in call.wrt]
+            seed = None if call.grad_outputs is None else grad_outputs(call.grad_outputs, of)
+            before = self.leaf_grads()
+            self.run += 1
+            result: tuple[torch.Tensor | None, ...] = ()
+
+            def run_grad() -> None:
+                nonlocal result
+                result = torch.autograd.grad(of, inputs, seed,  # noqa: B023
+                                             retain_graph=call.retain_graph,  # noqa: B023
+                                             allow_unused=True)
+
+            error = self.attempt(run_grad, of, call.expect_error, call.where)
+            self.runs.append(Run(self.run, "grad", call.of, call.wrt,
+                                 tuple(tensor_value(item) for item in result),
+                                 self.tensor_index.get(id(of)), True, number,
+                                 tensor_value(seed), before, self.leaf_grads(), error))
+
+    def leaf_grads(self) -> tuple[tuple[str, TensorValue | None], ...]:
+        return tuple((name, tensor_value(tensor.grad))
+                     for name, tensor in self.built.leaves().items() if tensor.requires_grad)
+
+    def attempt(self, action: Any, of: torch.Tensor, expect: str | None,
+                where: Location) -> RunError | None:
+        """Run one backward or grad call; what torch raises becomes a RunError (expected if its
+        message contains `expect`). Saved tensors already freed are named while the graph is
+        still at hand, for the explanation."""
+        try:
+            action()
+        except RuntimeError as exc:
+            message = str(exc)
+            expected = expect is not None and expect.lower() in message.lower()
+            return RunError(type(exc).__name__, message, expected, of.requires_grad,
+                            tuple(of.shape), self.freed_saved_tensors())
+        if expect is not None:
+            # What was meant to fail did not: that is a spec to fix, said with its place.
+            raise ExpectationError(f"expected torch to raise an error containing {expect!r}, but "
+                               "the call succeeded", where)
+        return None
+
+    def freed_saved_tensors(self) -> tuple[str, ...]:
+        """Each hooked node whose saved tensors can no longer be read: `MulBackward0 (self)`."""
+        freed = []
+        for node in self.node_objects:
+            lost = []
+            for attribute in sorted(name for name in dir(node) if name.startswith("_saved_")):
+                try:
+                    getattr(node, attribute)
+                except RuntimeError:
+                    lost.append(attribute.removeprefix("_saved_"))
+            if lost:
+                freed.append(f"{node.name()} ({', '.join(lost)})")
+        return tuple(freed)
+
+    def result(self) -> PassTrace:
+        self.flush_warnings()
+        tensors: list[TensorRecord] = []
+        for index, tensor in enumerate(self.tensor_objects):
+            node = tensor.grad_fn
+            if node is None and tensor.requires_grad:
+                node = _accumulate_grad_node(tensor)
+            tensors.append(TensorRecord(
+                index, tuple(self.tensor_names[index]), tuple(tensor.shape),
+                tensor.requires_grad, tensor.is_leaf, self.node_ids.get(node),
+                tensor.output_nr if tensor.grad_fn is not None else 0,
+                tensor_value(tensor) if self.tensor_names[index] else None,
+            ))
+        graph = tuple(
+            GraphNode(
+                self.node_ids[node],
+                node.name(),
+                tuple((self.node_ids.get(child), number) for child, number in
+                      node.next_functions),
+                self.tensor_index.get(id(getattr(node, "variable", None))),
+            )
+            for node in self.node_objects
+        )
+        grads = tuple((name, tensor_value(tensor.grad))
+                      for name, tensor in self.built.leaves().items())
+        return PassTrace(self.mode, tuple(self.events), tuple(tensors), graph,
+                         tuple(self.calls), tuple(self.runs), grads, tuple(self.warnings))
+
+
+def grad_outputs(spec: GradOutputs, of: torch.Tensor) -> torch.Tensor:
+    """The `grad_outputs` tensor of an autograd.grad call: ones, a one-hot column, a literal."""
+    if spec.kind == "ones":
+        return torch.ones_like(of)
+    if spec.kind == "one_hot":
+        seed = torch.zeros_like(of)
+        seed[..., spec.column] = 1.0
+        return seed
+    assert spec.value is not None
+    return make_tensor(spec.value).to(of.dtype)
+
+
+def op_name(node: Node) -> str:
+    """The op behind a grad_fn, as a name part: AddmmBackward0 -> addmm. A full backward hook's
+    wrapper (BackwardHookFunctionBackward) is looked through, so both passes agree."""
+    while node.name() == "BackwardHookFunctionBackward" and node.next_functions:
+        inner = node.next_functions[0][0]
+        if inner is None:
+            break
+        node = inner
+    name: str = node.name()
+    return re.sub(r"Backward\d*$", "", name).lower() or name.lower()
+
+
+def _accumulate_grad_node(leaf: torch.Tensor) -> Node | None:
+    """A leaf's AccumulateGrad node, which torch only exposes through an expression using it."""
+    probe = leaf.view_as(leaf)
+    node = probe.grad_fn
+    if node is None or not node.next_functions:
+        return None
+    return node.next_functions[0][0]
+
+
+__all__ = ["tensor_value", "trace", "trace_both", "value_limit"]

@@ -1,0 +1,165 @@
+"""The autograd graph of a pass as labelling needs it: the real nodes, with full hooks' identity
+wrappers (BackwardHookFunctionBackward) looked through. No torch here.
+
+A *position* is a tensor's place in the graph: (node id, output number); a leaf's is its
+AccumulateGrad node with output 0. An *edge* is (consumer node id, input number): the gradient
+flowing along it is the consumer's share of its input's gradient. A tensor's whole gradient is
+the sum over all its edges; a hook that sees fewer edges sees only part of it.
+
+The same breadth-first order over real nodes is computed here from recorded data and in
+`replay` from live torch nodes, which is how the hook-free check run finds the same node.
+
+A full hook's wrapper has more edges than the real graph: its backward fills in zeros for every
+output that got no gradient (a module argument forward never uses), so torch also runs nodes the
+output does not depend on, which the hook-free graph does not have. They are numbered after the
+real order (`zero_only`): looked up in the check run they find nothing, which is the truth.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+from gradexplain.records.trace import GraphNode, PassTrace, TensorRecord
+
+IDENTITY = "BackwardHookFunctionBackward"
+ACCUMULATE = "torch::autograd::AccumulateGrad"
+
+Position = tuple[str, int]
+Edge = tuple[str, int]
+N = TypeVar("N", bound=Hashable)
+
+
+def resolve_through(
+    node: N | None, number: int, edges: Callable[[N], Sequence[tuple[N | None, int]]],
+    is_identity: Callable[[N], bool],
+) -> tuple[N, int] | None:
+    """Follow identity wrappers from a position down to the real one (None: no gradient)."""
+    while node is not None and is_identity(node):
+        node, number = edges(node)[number]
+    return None if node is None else (node, number)
+
+
+def real_order(
+    roots: Sequence[tuple[N | None, int]], edges: Callable[[N], Sequence[tuple[N | None, int]]],
+    is_identity: Callable[[N], bool],
+) -> list[N]:
+    """The real nodes reachable from `roots`, breadth first, identity wrappers looked through."""
+    def real(positions: Iterable[tuple[N | None, int]]) -> list[N]:
+        found = (resolve_through(node, number, edges, is_identity) for node, number in positions)
+        return [item[0] for item in found if item is not None]
+
+    return breadth_first(real(roots), lambda node: real(edges(node)))
+
+
+def breadth_first(starts: Iterable[N], children: Callable[[N], Iterable[N]]) -> list[N]:
+    """Every node reachable from `starts`, each once, in breadth-first order."""
+    queue: deque[N] = deque(starts)
+    seen: set[N] = set()
+    order: list[N] = []
+    while queue:
+        node = queue.popleft()
+        if node in seen:
+            continue
+        seen.add(node)
+        order.append(node)
+        queue.extend(children(node))
+    return order
+
+
+@dataclass
+class GraphView:
+    """A pass's graph with identity wrappers looked through, and the names of its positions."""
+
+    trace: PassTrace
+
+    def __post_init__(self) -> None:
+        self.nodes: dict[str, GraphNode] = {node.id: node for node in self.trace.graph}
+        roots = [self.raw_position(run.root) for run in self.trace.runs]
+        self.order: list[str] = real_order(
+            [(pos[0], pos[1]) if pos else (None, 0) for pos in roots], self._edges,
+            self.is_identity)
+        self.rank: dict[str, int] = {node: index for index, node in enumerate(self.order)}
+        self.zero_only: list[str] = [
+            node for node in self.engine_order(roots) if node not in self.rank]
+        self.rank.update({node: len(self.order) + index
+                          for index, node in enumerate(self.zero_only)})
+        self.raw_consumers: dict[Position, list[Edge]] = {}
+        for node in self.trace.graph:
+            for number, (child, output) in enumerate(node.next):
+                if child is not None:
+                    self.raw_consumers.setdefault((child, output), []).append((node.id, number))
+        self.consumers: dict[Position, list[Edge]] = {}
+        for node_id in self.order:
+            for number, (child, output) in enumerate(self.nodes[node_id].next):
+                real = self.resolve((child, output))
+                if real is not None:
+                    self.consumers.setdefault(real, []).append((node_id, number))
+        self.names: dict[Position, list[str]] = {}
+        for record in self.trace.tensors:
+            position = self.resolve(self.raw_position(record.index))
+            if position is not None:
+                self.names.setdefault(position, []).extend(record.names)
+
+    def _edges(self, node_id: str) -> Sequence[tuple[str | None, int]]:
+        return self.nodes[node_id].next
+
+    def engine_order(self, roots: Sequence[Position | None]) -> list[str]:
+        """The real nodes torch may run from `roots`, breadth first, following every edge of
+        a wrapper too (not only the one a position resolves through)."""
+        reached = breadth_first(
+            (position[0] for position in roots if position is not None),
+            lambda node: [child for child, _ in self.nodes[node].next if child is not None])
+        return [node for node in reached if not self.is_identity(node)]
+
+    def in_real_graph(self, node_id: str) -> bool:
+        """Whether a real edge from a run's output reaches the node: the hook-free run has it.
+        False for an identity wrapper and for a node only a wrapper's zeros reach."""
+        return self.rank.get(node_id, len(self.order)) < len(self.order)
+
+    def is_identity(self, node_id: str) -> bool:
+        return self.nodes[node_id].name == IDENTITY
+
+    def name_of(self, node_id: str) -> str:
+        return self.nodes[node_id].name
+
+    def record(self, index: int | None) -> TensorRecord | None:
+        return None if index is None else self.trace.tensors[index]
+
+    def raw_position(self, index: int | None) -> Position | None:
+        record = self.record(index)
+        if record is None or record.node is None or record.node not in self.nodes:
+            return None
+        return (record.node, record.output_nr)
+
+    def resolve(self, position: tuple[str | None, int] | None) -> Position | None:
+        """The real position behind a raw one (an edge target, a wrapper output); None when
+        there is none (no tensor, or one that does not require grad)."""
+        if position is None or position[0] is None:
+            return None
+        return resolve_through(position[0], position[1], self._edges, self.is_identity)
+
+    def uses(self, position: Position) -> frozenset[Edge]:
+        """The real edges a raw position's gradient is the sum of (through wrappers)."""
+        found: set[Edge] = set()
+        for consumer, number in self.raw_consumers.get(position, []):
+            if self.is_identity(consumer):
+                found |= self.uses((consumer, number))
+            else:
+                found.add((consumer, number))
+        return frozenset(found)
+
+    def reachable(self, root: Position | None) -> set[str]:
+        if root is None:
+            return set()
+        return set(real_order([root], self._edges, self.is_identity))
+
+    def consumers_within(self, position: Position, reachable: set[str]) -> frozenset[Edge]:
+        return frozenset(edge for edge in self.consumers.get(position, [])
+                         if edge[0] in reachable)
+
+
+__all__ = ["ACCUMULATE", "IDENTITY", "Edge", "GraphView", "Position", "real_order",
+           "resolve_through"]

@@ -1,0 +1,131 @@
+"""A session: one captured run (both passes' traces and everything walk found about them),
+saved once as JSON and rendered many ways (`walk`, `diff`, `report`), the pyinstrument way.
+
+No torch here: `--load` renders a saved session without importing torch.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gradexplain import __version__
+from gradexplain.errors import SessionError, UsageError
+from gradexplain.language.expr import Call, names_used
+from gradexplain.language.model import ModelSpec, ModuleSpec
+from gradexplain.records.codec import DecodeError, from_data, to_data
+from gradexplain.records.trace import PassTrace
+from gradexplain.records.walk import Walk
+
+SCHEMA = "gradexplain.session/2"
+
+
+@dataclass(frozen=True)
+class ForwardStep:
+    """One step of the forward, as the spec wrote it, with module-qualified names.
+
+    `operands` are the tensors it reads, `calls` the layer or module it calls (if any).
+    """
+
+    module: str
+    targets: tuple[str, ...]
+    text: str
+    operands: tuple[str, ...]
+    calls: str | None
+
+
+@dataclass(frozen=True)
+class Session:
+    """Everything the renderers need, so nothing has to run again: the spec as written, its
+    inputs (the model's arguments; every other leaf is a parameter), the forward steps, both
+    passes' traces and the labelled, checked walk."""
+
+    spec_text: str
+    inputs: tuple[str, ...]
+    forward: tuple[ForwardStep, ...]
+    traces: tuple[PassTrace, ...]
+    walk: Walk
+
+    def trace(self, mode: str) -> PassTrace | None:
+        return next((trace for trace in self.traces if trace.mode == mode), None)
+
+
+def forward_steps(spec: ModelSpec) -> tuple[ForwardStep, ...]:
+    """Every module's steps, in the order the modules are declared (the model's own last)."""
+    steps: list[ForwardStep] = []
+    for module in spec.root.walk()[1:] + [spec.root]:
+        steps += _module_steps(module)
+    return tuple(steps)
+
+
+def _module_steps(module: ModuleSpec) -> list[ForwardStep]:
+    callables = {layer.name for layer in module.layers} | {child.name for child in module.modules}
+    steps = []
+    for step in module.steps:
+        expr = step.assignment.expr
+        called = expr.func if isinstance(expr, Call) and expr.func in callables else None
+        operands: list[str] = []
+        for name in names_used(expr):
+            if name.id in callables or _is_function(expr, name.id, callables):
+                continue
+            qualified = module.qualify(name.id)
+            if qualified not in operands:
+                operands.append(qualified)
+        steps.append(ForwardStep(module.path, tuple(module.qualify(t) for t in step.targets),
+                                 step.text, tuple(operands),
+                                 None if called is None else module.qualify(called)))
+    return steps
+
+
+def _is_function(expr: object, name: str, callables: set[str]) -> bool:
+    """Whether `name` is called somewhere in `expr` (a built-in function such as sigmoid)."""
+    if isinstance(expr, Call):
+        if expr.func == name:
+            return True
+        return any(_is_function(arg, name, callables) for arg in expr.args) or any(
+            _is_function(value, name, callables) for _, value in expr.kwargs)
+    for attribute in ("left", "right", "operand"):
+        inner = getattr(expr, attribute, None)
+        if inner is not None and _is_function(inner, name, callables):
+            return True
+    return False
+
+
+def session_json(session: Session) -> dict[str, Any]:
+    return {"schema": SCHEMA, "gradexplain": __version__, "session": to_data(session)}
+
+
+def save_session(session: Session, path: Path) -> None:
+    text = json.dumps(session_json(session), ensure_ascii=False, separators=(",", ":"),
+                      allow_nan=False)
+    try:
+        path.write_text(text + "\n", encoding="utf-8")
+    except OSError as error:
+        raise UsageError(f"--save {path}: cannot write it ({error.strerror or error})") from error
+
+
+def load_session(path: Path) -> Session:
+    """Read a session saved by `walk --save`; SessionError (exit 2) for anything else."""
+    file = str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        reason = getattr(error, "strerror", None) or str(error)
+        raise SessionError(file, f"cannot read it: {reason}") from error
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise SessionError(file, f"not JSON (line {error.lineno}, column {error.colno}: "
+                           f"{error.msg})") from error
+    if not isinstance(document, dict) or "schema" not in document:
+        raise SessionError(file, "no 'schema' key; save one with "
+                           "`gradexplain walk SPEC --save FILE`")
+    if document["schema"] != SCHEMA:
+        raise SessionError(file, f"schema {document['schema']!r}, expected {SCHEMA!r} "
+                           "(save it again with this version of gradexplain)")
+    try:
+        return from_data(Session, document.get("session"))
+    except DecodeError as error:
+        raise SessionError(file, error.message, ("session", *error.path)) from error

@@ -1,0 +1,270 @@
+"""What `walk` hands to the renderers: every hook argument with its label and its check, the
+chain-rule derivation, and the final gradients. Plain, frozen, JSON-able data; no torch here.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Literal
+
+from gradexplain.capture.lessons.torch_errors import ErrorExplanation
+from gradexplain.records.lessons.captures import CaptureLesson
+from gradexplain.records.lessons.interventions import InterventionLesson
+from gradexplain.records.lessons.vjp import VjpLesson
+from gradexplain.records.trace import HookKind, Mode, Phase, RunError, TensorValue
+
+Layout = Literal["as-is", "transposed", "reshaped", "summed"]
+
+
+@dataclass(frozen=True)
+class Meaning:
+    """Which derivative a hook argument is: d`of`/d`wrt`, in the stated layout.
+
+    `partial` names the uses a value flows through when it is only part of the derivative
+    (a tensor used twice: each use's hook sees its own share); None when it is all of it.
+    """
+
+    of: str
+    wrt: str
+    aliases: tuple[str, ...]
+    layout: Layout
+    text: str
+    latex: str
+    partial: str | None = None
+    modified: bool = False
+
+
+@dataclass(frozen=True)
+class Check:
+    """The label's claim computed independently (a hook-free run) and compared with the value."""
+
+    verified: bool
+    max_abs_err: float
+    expected: TensorValue | None
+
+
+@dataclass(frozen=True)
+class LabelledArg:
+    name: str
+    value: TensorValue | None
+    meaning: Meaning | None
+    check: Check | None
+
+
+@dataclass(frozen=True)
+class LabelledEvent:
+    """One hook call with its arguments labelled; `why` says where a legacy hook sits and why.
+
+    `call` is, for module backward hooks, the index of the module call (PassTrace.calls) it
+    serves: how `diff` pairs a legacy call with the full one of the same forward call.
+    """
+
+    seq: int
+    phase: Phase
+    run: int
+    hook: HookKind
+    target: str
+    node: str | None
+    args: tuple[LabelledArg, ...]
+    why: str | None = None
+    call: int | None = None
+
+
+@dataclass(frozen=True)
+class Term:
+    """One edge of a node in the derivation: upstream x local derivative = this gradient."""
+
+    wrt: str
+    local: str
+    value: TensorValue | None
+    check: Check | None
+
+
+@dataclass(frozen=True)
+class DerivationLine:
+    """One autograd node of the chain rule, from its output's gradient to its inputs'."""
+
+    node: str
+    output: str
+    upstream: TensorValue | None
+    terms: tuple[Term, ...]
+    has_rule: bool
+
+
+@dataclass(frozen=True)
+class Derivation:
+    """The chain rule of one backward or autograd.grad call, from `of` back to every leaf."""
+
+    run: int
+    kind: Literal["backward", "grad"]
+    of: str
+    seed: TensorValue | None
+    lines: tuple[DerivationLine, ...]
+
+
+@dataclass(frozen=True)
+class ModuleWarning:
+    """A warning torch gave, once per module and message, with how often it came."""
+
+    module: str | None
+    category: str
+    message: str
+    phase: Phase
+    count: int
+
+
+@dataclass(frozen=True)
+class FinalGrad:
+    name: str
+    value: TensorValue | None
+    check: Check | None
+
+
+@dataclass(frozen=True)
+class PassWalk:
+    """One pass (legacy or full module hooks): its labelled timeline and its final `.grad`s."""
+
+    mode: Mode
+    events: tuple[LabelledEvent, ...]
+    grads: tuple[FinalGrad, ...]
+    warnings: tuple[ModuleWarning, ...]
+
+
+@dataclass(frozen=True)
+class LeafGrad:
+    """One leaf's `.grad` around one call: before, what the call adds (computed in the
+    hook-free run: nothing for autograd.grad), and after, checked to be before + added."""
+
+    name: str
+    before: TensorValue | None
+    added: TensorValue | None
+    after: TensorValue | None
+    check: Check | None
+
+
+@dataclass(frozen=True)
+class RunStep:
+    """One backward or autograd.grad call as the spec ran it, in order, with every leaf's
+    `.grad` around it and, if torch refused it, the error explained.
+
+    `post_accumulate` counts the post-accumulate-grad hook calls it caused (none under
+    autograd.grad); `expected` says the spec declared the error (`expect_error:`).
+    """
+
+    run: int
+    kind: Literal["backward", "grad"]
+    of: str
+    wrt: tuple[str, ...]
+    seed: TensorValue | None
+    zeroed: bool
+    retain_graph: bool
+    leaves: tuple[LeafGrad, ...]
+    post_accumulate: int
+    error: RunError | None = None
+    explanation: ErrorExplanation | None = None
+
+    @property
+    def unexpected(self) -> bool:
+        return self.error is not None and not self.error.expected
+
+
+@dataclass(frozen=True)
+class Lessons:
+    """What the spec asks beyond the hook walk, each run and checked on its own builds:
+    vector-Jacobian products of seeded calls, interventions (with against without), and
+    forward-hook captures."""
+
+    vjp: tuple[VjpLesson, ...] = ()
+    interventions: tuple[InterventionLesson, ...] = ()
+    captures: tuple[CaptureLesson, ...] = ()
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A check that failed: where, and what was claimed."""
+
+    mode: Mode | None
+    where: str
+    claim: str
+    check: Check
+
+
+@dataclass(frozen=True)
+class Walk:
+    spec: str
+    name: str
+    about: str | None
+    torch: str
+    passes: tuple[PassWalk, ...]
+    derivations: tuple[Derivation, ...]
+    interventions: int
+    runs: tuple[RunStep, ...] = ()
+    lessons: Lessons = Lessons()
+    # A Python model's walk: tensors are named by whole module paths (label.whole_names).
+    whole_names: bool = False
+
+    def checks(self) -> list[Check]:
+        """Every check the walk made: hook arguments, final `.grad`s, chain-rule terms."""
+        return [failure.check for failure in self._checked()]
+
+    def failures(self) -> list[Failure]:
+        """Every check that failed, in the order they appear in the output."""
+        return [item for item in self._checked() if not item.check.verified]
+
+    def _checked(self) -> Iterator[Failure]:
+        """Every check with where it was made and what it claimed (a Failure if it failed).
+
+        A call torch refused that the spec did not expect counts as a failed check."""
+        for step in self.runs:
+            where = f"run {step.run}, {step.kind} of {step.of}"
+            for leaf in step.leaves:
+                if leaf.check is not None:
+                    yield Failure(None, f"{where}, {leaf.name}.grad", ".grad before + added",
+                                  leaf.check)
+            if step.error is not None and step.unexpected:
+                yield Failure(None, where, f"a call torch refused ({step.error.category}), "
+                              "which the spec did not expect (explained above)",
+                              Check(False, math.inf, None))
+        yield from _lesson_checks(self.lessons)
+        for walk_pass in self.passes:
+            for event in walk_pass.events:
+                for arg in event.args:
+                    if arg.check is not None:
+                        claim = arg.meaning.text if arg.meaning is not None else ""
+                        yield Failure(walk_pass.mode, _event_where(event, arg.name), claim,
+                                      arg.check)
+            for grad in walk_pass.grads:
+                if grad.check is not None:
+                    yield Failure(walk_pass.mode, f"{grad.name}.grad", "final .grad", grad.check)
+        for derivation in self.derivations:
+            for line in derivation.lines:
+                for term in line.terms:
+                    if term.check is not None:
+                        yield Failure(None, f"derivation of run {derivation.run}, {line.node}",
+                                      f"{term.local} for {term.wrt}", term.check)
+
+
+def _lesson_checks(lessons: Lessons) -> Iterator[Failure]:
+    """Each lesson's own checks, as checks of the walk: a wrong lesson fails the run too."""
+    for lesson in lessons.vjp:
+        for identity in lesson.identities:
+            yield Failure(None, f"vector-Jacobian product of {lesson.of} wrt {lesson.wrt}",
+                          identity.text, Check(identity.verified, identity.max_abs_err, None))
+    for item in lessons.interventions:
+        where = f"intervention {item.action} on {item.hook} {item.target or '<model>'}"
+        if item.error is not None and not item.expected_error:
+            yield Failure(None, where, f"torch raised: {item.error}", Check(False, math.inf, None))
+        if item.verified is not None:
+            yield Failure(None, where, "every .grad with = without + the replacement's share",
+                          Check(item.verified, item.max_abs_err, None))
+    for capture in lessons.captures:
+        yield Failure(None, f"capture {capture.name} on {capture.module}",
+                      "stored activations equal a hook-free forward",
+                      Check(capture.verified, capture.max_abs_err, None))
+
+
+def _event_where(event: LabelledEvent, arg: str) -> str:
+    target = event.target if event.target else "<model>"
+    return f"#{event.seq} {event.hook} {target} {arg}"
