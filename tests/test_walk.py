@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from gradexplain.capture.checks import check
 from gradexplain.capture.label import Site, label_pass
-from gradexplain.capture.pipeline import check, walk
+from gradexplain.capture.pipeline import walk
 from gradexplain.capture.replay import Replay
 from gradexplain.capture.trace import trace_both
 from gradexplain.language import load_spec
@@ -186,15 +187,16 @@ def test_cli_json_filters_and_bad_options(tmp_path: Path) -> None:
 def test_cli_exit_1_and_a_loud_line_when_a_check_fails(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """A failed check is never hidden: exit 1 and a line naming it."""
-    import gradexplain.capture.pipeline as derive_module
+    import gradexplain.capture.checks as checks_module
     from gradexplain import cli
 
-    real_check: Callable[..., object] = derive_module.check
+    real_check: Callable[..., object] = checks_module.check
 
     def pessimist(value: TensorValue | None, expected: torch.Tensor) -> object:
         return real_check(value, expected + 1.0)
 
-    monkeypatch.setattr(derive_module, "check", pessimist)
+    for stage in ("gradexplain.capture.passes", "gradexplain.capture.derive"):
+        monkeypatch.setattr(f"{stage}.check", pessimist)
     monkeypatch.setattr("sys.argv", ["gradexplain", "walk", str(TWO_MODULES)])
     with pytest.raises(SystemExit) as exit_info:
         cli.main()

@@ -1,6 +1,6 @@
 """How a value gradexplain recorded is compared with the one it must equal.
 
-One rule for the label checks (derive) and the intervention checks, so that neither fails where
+One rule for the label checks and the intervention checks, so that neither fails where
 the other passes: entries that are inf or nan on either side must agree exactly (log(0) is -inf,
 0 * inf is nan: values like any other), and the finite rest must agree within
 `absolute + relative * the largest finite |expected|`.
@@ -11,6 +11,17 @@ from __future__ import annotations
 import math
 
 import torch
+
+from gradexplain.capture.trace import tensor_value
+from gradexplain.records.trace import TensorValue
+from gradexplain.records.walk import Check
+
+# float32 arithmetic in another order (a hook-free run) may differ in the last bits: a check
+# allows that much relative to the tensor's largest value. No absolute allowance: in a deep
+# model gradients can be 1e-17 throughout, and a fixed one would let any two tiny tensors
+# match, so a wrong label there would pass. The floor only lets exact zeros equal each other.
+RELATIVE_TOLERANCE = 1e-4
+ABSOLUTE_FLOOR = 1e-30
 
 
 def agreement(got: torch.Tensor, expected: torch.Tensor, relative: float,
@@ -44,3 +55,23 @@ def _largest_finite(tensor: torch.Tensor) -> float:
     values = tensor.detach().double()
     values = values[values.isfinite()]
     return float(values.abs().max()) if values.numel() else 0.0
+
+
+def check(value: TensorValue | None, expected: torch.Tensor) -> Check:
+    """Compare a recorded value with the independently computed one."""
+    expected_value = tensor_value(expected)
+    if value is None:
+        return Check(False, math.inf, expected_value)
+    if tuple(value.shape) != tuple(expected.shape):
+        return Check(False, math.inf, expected_value)
+    reference = expected.detach().double()
+    if value.value is None:
+        assert value.summary is not None
+        got = torch.tensor([value.summary.min, value.summary.max, value.summary.mean,
+                            value.summary.norm], dtype=torch.float64)
+        reference = torch.stack([reference.min(), reference.max(), reference.mean(),
+                                 reference.norm()])
+    else:
+        got = torch.tensor(value.value, dtype=torch.float64)
+    verified, error = agreement(got, reference, RELATIVE_TOLERANCE, ABSOLUTE_FLOOR)
+    return Check(verified, error, expected_value)

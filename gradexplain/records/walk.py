@@ -9,9 +9,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
 
-from gradexplain.capture.lessons.torch_errors import ErrorExplanation
 from gradexplain.records.lessons.captures import CaptureLesson
 from gradexplain.records.lessons.interventions import InterventionLesson
+from gradexplain.records.lessons.torch_errors import ErrorExplanation
 from gradexplain.records.lessons.vjp import VjpLesson
 from gradexplain.records.trace import HookKind, Mode, Phase, RunError, TensorValue
 

@@ -9,33 +9,13 @@ tensors), so a saved session explains its errors without torch. No torch here.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from gradexplain.errors import first_line_of
+from gradexplain.records.lessons.torch_errors import Attempt, ErrorExplanation
 from gradexplain.records.trace import RunError
 
 
-@dataclass(frozen=True)
-class ErrorExplanation:
-    """An error in plain words: `what` happened, `why` torch refuses it, and the `fix`."""
-
-    what: str
-    why: str
-    fix: str
-
-
-@dataclass(frozen=True)
-class Attempt:
-    """The call that failed, as the spec wrote it: `y.backward()` or `autograd.grad(...)`."""
-
-    kind: str  # "backward" or "grad"
-    of: str
-    gradient: bool  # whether a gradient / grad_outputs was given
-    retain_graph: bool
-    earlier: tuple[int, ...]  # the runs before this one that went through the graph
-
-
-def explain(error: RunError, attempt: Attempt) -> ErrorExplanation:
+def explain_error(error: RunError, attempt: Attempt) -> ErrorExplanation:
     """The first rule whose message matches, else torch's message with no more to add."""
     message = error.message.lower()
     for fragment, rule in _RULES:
@@ -123,4 +103,4 @@ _RULES: tuple[tuple[str, Callable[[RunError, Attempt], ErrorExplanation]], ...] 
 
 
 
-__all__ = ["Attempt", "ErrorExplanation", "explain"]
+__all__ = ["explain_error"]

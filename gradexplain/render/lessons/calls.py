@@ -10,8 +10,8 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from gradexplain.capture.lessons.torch_errors import ErrorExplanation
 from gradexplain.errors import first_line_of
+from gradexplain.records.lessons.torch_errors import ErrorExplanation
 from gradexplain.records.walk import LeafGrad, RunStep, Walk
 from gradexplain.render.fmt import fmt_value
 from gradexplain.render.markdown import blocks, bold, bullets, code, escape, heading, table

@@ -1,0 +1,172 @@
+"""The chain rule of each backward or autograd.grad call, node by node from the output back to
+the leaves: upstream gradient x each edge's local derivative (`rules`), every term checked
+against the hook-free run.
+"""
+
+from __future__ import annotations
+
+import re
+
+from gradexplain.capture.checks import check
+from gradexplain.capture.label import VIEWS, short_name
+from gradexplain.capture.replay import Replay, RunValues
+from gradexplain.capture.rules import local_derivatives
+from gradexplain.capture.trace import tensor_value
+from gradexplain.language.expr import BinOp, Name, Number
+from gradexplain.language.model import ModelSpec
+from gradexplain.records.graph import ACCUMULATE, GraphView
+from gradexplain.records.trace import PassTrace, TensorValue, canonical_name
+from gradexplain.records.walk import Derivation, DerivationLine, Term
+
+
+def derivations(spec: ModelSpec, trace: PassTrace, view: GraphView,
+                 replay: Replay) -> tuple[Derivation, ...]:
+    """The chain rule of each distinct call, node by node from the output back to the leaves."""
+    done: dict[int, int] = {}
+    derivations = []
+    operands = _written_operands(spec)
+    for run in trace.runs:
+        values = replay.runs.get(run.index)
+        if values is None or run.failed:
+            continue  # torch refused this call: there is no chain rule to show
+        if id(values) in done:
+            continue
+        done[id(values)] = run.index
+        traced = _traced(trace, run.index)
+        lines = [_line(view, values, node, traced.get(node), operands) for node in
+                 _topological(view, set(traced))]
+        derivations.append(Derivation(run.index, run.kind, run.of,
+                                      None if values.seed is None else tensor_value(values.seed),
+                                      tuple(lines)))
+    return tuple(derivations)
+
+
+def _topological(view: GraphView, ran: set[str]) -> list[str]:
+    """The nodes torch ran in this call, each after every node that feeds it (ties: graph
+    order). An autograd.grad call runs only what its `wrt` needs."""
+    active = [node for node in view.order if node in ran]
+    waiting = dict.fromkeys(active, 0)
+    for position, users in view.consumers.items():
+        if position[0] in waiting:
+            waiting[position[0]] += sum(1 for user, _ in users if user in ran)
+    ready = [node for node in active if waiting[node] == 0]
+    order: list[str] = []
+    while ready:
+        ready.sort(key=lambda node: view.rank[node])
+        node = ready.pop(0)
+        order.append(node)
+        for child, output in view.nodes[node].next:
+            target = view.resolve((child, output))
+            if target is not None and target[0] in waiting:
+                waiting[target[0]] -= 1
+                if waiting[target[0]] == 0:
+                    ready.append(target[0])
+    return order
+
+
+def _written_operands(spec: ModelSpec) -> dict[str, tuple[str | None, ...]]:
+    """For each step `t = a op b`, the operands as written, by every name of `t`: a number or
+    a tensor that needs no gradient has no graph edge, and is named from here instead."""
+    found: dict[str, tuple[str | None, ...]] = {}
+    for module in spec.root.walk():
+        for step in module.steps:
+            expr = step.assignment.expr
+            if isinstance(expr, BinOp) and len(step.targets) == 1:
+                found[module.qualify(step.targets[0])] = tuple(
+                    _written(side) for side in (expr.left, expr.right))
+    return found
+
+
+def _written(expr: object) -> str | None:
+    if isinstance(expr, Name):
+        return expr.id
+    if isinstance(expr, Number):
+        return str(expr.value)
+    return None
+
+
+def _line(view: GraphView, values: RunValues, node: str,
+          traced: list[TensorValue | None] | None,
+          operands: dict[str, tuple[str | None, ...]]) -> DerivationLine:
+    """One node: `traced` is what the traced pass saw flow out of it (see `_traced`)."""
+    rank = view.rank[node]
+    name = view.name_of(node)
+    output = _tensor_name(view, (node, 0))
+    upstream = values.totals.get((rank, 0))
+    if name == ACCUMULATE:
+        seen = traced[0] if traced else None
+        result = None if seen is None or upstream is None else check(seen, upstream)
+        term = Term(output, f"{short_name(output)}.grad += g", tensor_value(upstream), result)
+        return DerivationLine(name, output, tensor_value(upstream), (term,), True)
+    edges = view.nodes[node].next
+    inputs = [_tensor_name(view, view.resolve(edge)) for edge in edges]
+    written = next((operands[item] for item in view.names.get((node, 0), []) if item in operands),
+                   ())
+    shown = list(inputs)
+    for index, item in enumerate(inputs):
+        replacement = written[index] if index < len(written) else None
+        if item == "None" and replacement is not None:
+            shown[index] = replacement
+    formulas, has_rule = local_derivatives(name, [_operand(item) for item in shown],
+                                           _operand(output))
+    terms = []
+    for index, (wrt, formula) in enumerate(zip(inputs, formulas, strict=True)):
+        seen = traced[index] if traced is not None and index < len(traced) else None
+        if edges[index][0] is None or seen is None:
+            continue  # no input there, or torch did not need it in this call
+        share = values.edges.get((rank, index))
+        result = None if share is None else check(seen, share)
+        terms.append(Term(wrt, formula, tensor_value(share), result))
+    return DerivationLine(name, output, tensor_value(upstream), tuple(terms), has_rule)
+
+
+def _traced(trace: PassTrace, run: int) -> dict[str, list[TensorValue | None]]:
+    """Each node torch ran in this run, with what the traced pass saw flowing out of it: its
+    Node hook's grad_inputs, or for a leaf's AccumulateGrad what its pre-hook received."""
+    found: dict[str, list[TensorValue | None]] = {}
+    for event in trace.events:
+        if event.run != run or event.node_id is None:
+            continue
+        if event.hook == "node" and event.node != ACCUMULATE:
+            found[event.node_id] = [arg.value for arg in event.args
+                                    if arg.name.startswith("grad_inputs")]
+        elif event.hook == "node_pre" and event.node == ACCUMULATE:
+            found[event.node_id] = [arg.value for arg in event.args]
+    return found
+
+
+def _tensor_name(view: GraphView, position: tuple[str, int] | None,
+                 seen: frozenset[tuple[str, int]] = frozenset()) -> str:
+    """A tensor's name in the derivation: its own, or what it is a view of (`weightᵀ`).
+    `seen`: the positions already asked about on the way here, so that an unnamed tensor
+    whose only use is an unnamed view of it is named by its op instead of asking forever."""
+    if position is None:
+        return "None"
+    own = canonical_name(view.names.get(position, []))
+    if own is not None:
+        return own
+    seen = seen | {position}
+    node = view.nodes[position[0]]
+    kind = VIEWS.get(node.name)
+    if kind is not None and node.next and node.next[0][0] is not None:
+        below = view.resolve(node.next[0])
+        if below not in seen:
+            base = short_name(_tensor_name(view, below, seen))
+            return f"{base}ᵀ" if kind == "transpose" else f"{base} ({kind}ed)" \
+                if kind == "expand" else f"{base} (reshaped)"
+    users = view.consumers.get(position, [])
+    if len(users) == 1 and VIEWS.get(view.name_of(users[0][0])) in ("reshape", "transpose") \
+            and (users[0][0], 0) not in seen:
+        above = short_name(_tensor_name(view, (users[0][0], 0), seen))
+        return f"{above} (reshaped)"
+    op = node.name.removesuffix("Backward0").removesuffix("Backward1").lower()
+    return f"{op}#{view.rank[node.id]}"
+
+
+def _operand(name: str) -> str:
+    """A name as it reads inside a formula: `weightᵀ` becomes `(weightᵀ)`, so `(weightᵀ)ᵀ`."""
+    short = short_name(name)
+    return short if re.fullmatch(r"[\w@:#]+", short, re.ASCII) else f"({short})"
+
+
+__all__ = ["derivations"]
