@@ -14,9 +14,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from gradexplain.capture.label import short_name, whole_names
+from gradexplain.records.names import canonical_name, short_name, whole_names
 from gradexplain.records.session import Session
-from gradexplain.records.trace import ModuleCall, PassTrace, TensorRecord, canonical_name
+from gradexplain.records.trace import ModuleCall, PassTrace, TensorRecord
 from gradexplain.records.walk import LabelledArg, LabelledEvent, Meaning, PassWalk
 
 FindingKind = Literal[

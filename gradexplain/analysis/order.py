@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from gradexplain.records.names import ACCUMULATE, HOOK_WRAPPER, canonical_name
 from gradexplain.records.trace import (
     Event,
     GraphNode,
@@ -20,11 +21,7 @@ from gradexplain.records.trace import (
     Mode,
     PassTrace,
     TensorRecord,
-    canonical_name,
 )
-
-ACCUMULATE_GRAD = "torch::autograd::AccumulateGrad"
-HOOK_WRAPPER = "BackwardHookFunctionBackward"
 
 # --- the rules, in the order the legend lists them ------------------------------------------
 
@@ -42,11 +39,11 @@ LEGACY_POST = (
 )
 FULL_PRE_ON_OUTPUT = (
     "a full_backward_pre hook is a post-hook of the wrapper node around the module's outputs "
-    "(BackwardHookFunctionBackward): it runs as that node finishes, before our own post-hook"
+    f"({HOOK_WRAPPER}): it runs as that node finishes, before our own post-hook"
 )
 FULL_ON_INPUT = (
     "a full_backward hook is a post-hook of the wrapper node around the module's inputs "
-    "(BackwardHookFunctionBackward): it runs once the gradients of the module's inputs are ready"
+    f"({HOOK_WRAPPER}): it runs once the gradients of the module's inputs are ready"
 )
 FULL_FROM_OUTPUT = (
     "when none of a module's inputs requires grad there is no input wrapper: its full_backward "
@@ -188,7 +185,7 @@ class _Timeline:
 
     def is_leaf_turn(self, turn: str | None) -> bool:
         node = None if turn is None else self.nodes.get(turn)
-        return node is not None and (node.name == ACCUMULATE_GRAD or node.variable is not None)
+        return node is not None and (node.name == ACCUMULATE or node.variable is not None)
 
     def label(self, position: int) -> str:
         turn = self.turns[position]

@@ -8,14 +8,15 @@ from __future__ import annotations
 import re
 
 from gradexplain.capture.checks import check
-from gradexplain.capture.label import VIEWS, short_name
+from gradexplain.capture.label import VIEWS
 from gradexplain.capture.replay import Replay, RunValues
 from gradexplain.capture.rules import local_derivatives
 from gradexplain.capture.trace import tensor_value
 from gradexplain.language.expr import BinOp, Name, Number
 from gradexplain.language.model import ModelSpec
-from gradexplain.records.graph import ACCUMULATE, GraphView
-from gradexplain.records.trace import PassTrace, TensorValue, canonical_name
+from gradexplain.records.graph import GraphView
+from gradexplain.records.names import ACCUMULATE, canonical_name, short_name
+from gradexplain.records.trace import PassTrace, TensorValue
 from gradexplain.records.walk import Derivation, DerivationLine, Term
 
 

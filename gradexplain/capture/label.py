@@ -4,7 +4,7 @@ Never from values (they coincide: dz/dz = 1, zeros, equal gradients). For each g
 this finds the graph position it belongs to and the edges its value is the sum of:
 - a legacy module hook is a post-hook of the module's last node: `grad_input[i]` is that node's
   i-th edge (operand order of the last op), `grad_output[j]` its j-th output;
-- a full hook sits on the BackwardHookFunctionBackward wrappers: `grad_input[i]` is the i-th
+- a full hook sits on the HOOK_WRAPPER nodes around a module: `grad_input[i]` is the i-th
   positional input, `grad_output[j]` the j-th output;
 - tensor hooks see the whole gradient of their tensor, Node hooks their node's edges and outputs.
 An unnamed position is described through the views that lead to a named tensor (a transposed
@@ -18,13 +18,11 @@ The result is a claim (`Meaning`) and how to compute it independently (`Site`); 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
 from dataclasses import dataclass
 
-from gradexplain.records.graph import ACCUMULATE, Edge, GraphView, Position
-from gradexplain.records.trace import Arg, Event, ModuleCall, PassTrace, Run, canonical_name
+from gradexplain.records.graph import Edge, GraphView, Position
+from gradexplain.records.names import ACCUMULATE, canonical_name, latex_name, op_name, short_name
+from gradexplain.records.trace import Arg, Event, ModuleCall, PassTrace, Run
 from gradexplain.records.walk import Layout, Meaning
 
 # Nodes whose output is a view of their single input: (kind, layout word).
@@ -79,42 +77,6 @@ def label_pass(trace: PassTrace) -> tuple[GraphView, list[EventLabels]]:
     """Every event of the pass with a label for each argument."""
     labeller = _Labeller(trace)
     return labeller.view, [labeller.event(event) for event in trace.events]
-
-
-# A Python model's tensors have no names of their own: `head.weight` and `encoder.0.weight` are
-# told apart only by their paths, so while this is set every name is shown whole.
-_whole_names: ContextVar[bool] = ContextVar("gradexplain_whole_names", default=False)
-
-
-@contextmanager
-def whole_names(on: bool) -> Iterator[None]:
-    """Within the block, `short_name` keeps module paths when `on` (a Python model's walk)."""
-    token = _whole_names.set(on)
-    try:
-        yield
-    finally:
-        _whole_names.reset(token)
-
-
-def short_name(name: str) -> str:
-    """What a person calls a tensor in a formula: the last part of its path (`module2.t` -> t);
-    the whole name for a Python model's tensors (see `whole_names`)."""
-    if ":" in name or _whole_names.get():
-        return name
-    return name.rsplit(".", 1)[-1]
-
-
-def latex_name(name: str) -> str:
-    """A tensor name as LaTeX: `x`, `w_{1}`, `\\mathrm{weight}`, `t^{(2)}` for `t@2`."""
-    base, _, use = short_name(name).partition("@")
-    if re.fullmatch(r"[A-Za-z]", base):
-        text = base
-    elif match := re.fullmatch(r"([A-Za-z])_?(\d+)", base):
-        text = f"{match.group(1)}_{{{match.group(2)}}}"
-    else:
-        escaped = base.replace("\\", "").replace("_", r"\_").replace(":", r"{:}")
-        text = rf"\mathrm{{{escaped}}}"
-    return f"{text}^{{({use})}}" if use else text
 
 
 class _Labeller:
@@ -436,7 +398,7 @@ class _Labeller:
         node = self.view.nodes[position[0]]
         if node.name == ACCUMULATE:
             return f"leaf#{self.view.rank[node.id]}"
-        op = re.sub(r"Backward\d*$", "", node.name).lower()
+        op = op_name(node.name)
         suffix = f"[{position[1]}]" if position[1] else ""
         seen = {position}
         frontier = [position]
@@ -474,5 +436,4 @@ def _aliases(names: list[str], canonical: str) -> tuple[str, ...]:
     return tuple(sorted({name for name in names if name != canonical}))
 
 
-__all__ = ["EventLabels", "Label", "Site", "label_pass", "latex_name", "short_name",
-           "whole_names"]
+__all__ = ["EventLabels", "Label", "Site", "label_pass"]

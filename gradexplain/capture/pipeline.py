@@ -16,12 +16,13 @@ import torch
 
 from gradexplain.capture.build import Builder, build
 from gradexplain.capture.derive import derivations
-from gradexplain.capture.label import label_pass, whole_names
+from gradexplain.capture.label import label_pass
 from gradexplain.capture.lessons import lessons_for
 from gradexplain.capture.passes import checked_pass, run_steps
 from gradexplain.capture.replay import Replay
 from gradexplain.capture.trace import trace, value_limit
 from gradexplain.language.model import ModelSpec
+from gradexplain.records.names import whole_names
 from gradexplain.records.session import Session, forward_steps
 from gradexplain.records.trace import PassTrace
 from gradexplain.records.walk import Walk

@@ -22,7 +22,8 @@ from gradexplain.capture.label import Site
 from gradexplain.capture.trace import grad_outputs
 from gradexplain.errors import GradexplainError
 from gradexplain.language.model import ModelSpec
-from gradexplain.records.graph import ACCUMULATE, real_order
+from gradexplain.records.graph import real_order
+from gradexplain.records.names import ACCUMULATE
 from gradexplain.records.trace import PassTrace
 
 Node = Any  # torch.autograd.graph.Node

@@ -15,7 +15,6 @@ identical builds.
 
 from __future__ import annotations
 
-import re
 import warnings
 from collections import deque
 from collections.abc import Iterator, Sequence
@@ -29,6 +28,7 @@ from torch import nn
 from gradexplain.capture.build import Built, build, make_tensor, observe
 from gradexplain.errors import ExpectationError, Location
 from gradexplain.language.model import GradOutputs, ModelSpec
+from gradexplain.records.names import HOOK_WRAPPER, canonical_name, op_name
 from gradexplain.records.trace import (
     VALUE_LIMIT,
     Arg,
@@ -45,7 +45,6 @@ from gradexplain.records.trace import (
     TensorRecord,
     TensorValue,
     Warning_,
-    canonical_name,
 )
 
 Node = Any  # torch.autograd.graph.Node: C++ node classes without a usable static type
@@ -270,7 +269,7 @@ class _Recorder:
         for number, value in enumerate(outputs):
             if isinstance(value, torch.Tensor) and value.grad_fn is not None:
                 suffix = "" if len(outputs) == 1 else f".{number}"
-                self.named(f"{path}:{op_name(value.grad_fn)}{suffix}", value)
+                self.named(f"{path}:{_grad_fn_op(value.grad_fn)}{suffix}", value)
 
     def forward_hook(self, path: str) -> Any:
         def hook(module: nn.Module, inputs: tuple[Any, ...], output: Any) -> None:
@@ -471,16 +470,15 @@ def grad_outputs(spec: GradOutputs, of: torch.Tensor) -> torch.Tensor:
     return make_tensor(spec.value).to(of.dtype)
 
 
-def op_name(node: Node) -> str:
+def _grad_fn_op(node: Node) -> str:
     """The op behind a grad_fn, as a name part: AddmmBackward0 -> addmm. A full backward hook's
-    wrapper (BackwardHookFunctionBackward) is looked through, so both passes agree."""
-    while node.name() == "BackwardHookFunctionBackward" and node.next_functions:
+    wrapper (HOOK_WRAPPER) is looked through, so both passes agree."""
+    while node.name() == HOOK_WRAPPER and node.next_functions:
         inner = node.next_functions[0][0]
         if inner is None:
             break
         node = inner
-    name: str = node.name()
-    return re.sub(r"Backward\d*$", "", name).lower() or name.lower()
+    return op_name(node.name())
 
 
 def _accumulate_grad_node(leaf: torch.Tensor) -> Node | None:

@@ -22,10 +22,8 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
+from gradexplain.records.names import HOOK_WRAPPER
 from gradexplain.records.trace import GraphNode, PassTrace, TensorRecord
-
-IDENTITY = "BackwardHookFunctionBackward"
-ACCUMULATE = "torch::autograd::AccumulateGrad"
 
 Position = tuple[str, int]
 Edge = tuple[str, int]
@@ -120,7 +118,7 @@ class GraphView:
         return self.rank.get(node_id, len(self.order)) < len(self.order)
 
     def is_identity(self, node_id: str) -> bool:
-        return self.nodes[node_id].name == IDENTITY
+        return self.nodes[node_id].name == HOOK_WRAPPER
 
     def name_of(self, node_id: str) -> str:
         return self.nodes[node_id].name
@@ -161,5 +159,5 @@ class GraphView:
                          if edge[0] in reachable)
 
 
-__all__ = ["ACCUMULATE", "IDENTITY", "Edge", "GraphView", "Position", "real_order",
+__all__ = ["Edge", "GraphView", "Position", "real_order",
            "resolve_through"]

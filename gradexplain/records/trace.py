@@ -207,13 +207,3 @@ class PassTrace:
         backward = [run for run in self.runs[:upto] if run.kind == "backward"]
         start = max((i for i, run in enumerate(backward) if run.fresh), default=0)
         return [run for run in backward[start:] if not run.failed]
-
-
-def canonical_name(names: list[str] | tuple[str, ...]) -> str | None:
-    """A tensor's canonical name: the top-level one if it has one (no module path, and not a
-    Python model's `module:op` name), else the first qualified one; None for a tensor without
-    names."""
-    top = [name for name in names if "." not in name and ":" not in name]
-    if top:
-        return top[0]
-    return names[0] if names else None

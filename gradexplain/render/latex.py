@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from gradexplain.capture.label import latex_name, short_name
+from gradexplain.records.names import latex_name, short_name
 
 # Words that only ever appear as prose in a formula. A tensor that happens to be called one of
 # these is shown upright as text instead of upright as a name, which reads the same.

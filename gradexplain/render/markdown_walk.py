@@ -10,10 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gradexplain.capture.label import whole_names
-from gradexplain.records.graph import ACCUMULATE
+from gradexplain.records.names import ACCUMULATE, canonical_name, whole_names
 from gradexplain.records.session import Session
-from gradexplain.records.trace import TensorValue, canonical_name
+from gradexplain.records.trace import TensorValue
 from gradexplain.records.walk import (
     Check,
     Derivation,

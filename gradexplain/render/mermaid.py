@@ -13,9 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from gradexplain.records.graph import ACCUMULATE, GraphView, Position
+from gradexplain.records.graph import GraphView, Position
+from gradexplain.records.names import ACCUMULATE, canonical_name
 from gradexplain.records.session import ForwardStep, Session
-from gradexplain.records.trace import PassTrace, TensorRecord, canonical_name
+from gradexplain.records.trace import PassTrace, TensorRecord
 
 # Past this many nodes a flowchart is a hairball, and GitHub's renderer gets slow or gives up.
 MAX_NODES = 150

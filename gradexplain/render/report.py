@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from gradexplain.analysis.diff import HookDiff, compare, module_title
 from gradexplain.analysis.order import first_firing_order
-from gradexplain.capture.label import whole_names
+from gradexplain.records.names import whole_names
 from gradexplain.records.session import Session
 from gradexplain.records.walk import Walk
 from gradexplain.render.lessons import lessons_sections

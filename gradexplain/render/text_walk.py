@@ -17,7 +17,7 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from gradexplain.capture.label import short_name, whole_names
+from gradexplain.records.names import short_name, whole_names
 from gradexplain.records.trace import TensorValue
 from gradexplain.records.walk import (
     Check,
