@@ -1,5 +1,5 @@
-"""The Python API: `gradexplain.explain(model, *inputs)` for notebooks and scripts, and the one
-function the command line uses for `walk FILE.py:NAME`, so both run the same pipeline.
+"""The Python API: `gradexplain.explain(model, *inputs)` for notebooks and scripts. It runs the
+same pipeline as `gradexplain walk FILE.py:NAME` (`capture.pipeline.capture_module`).
 
     >>> from gradexplain import explain
     >>> result = explain(model, torch.randn(4, 3))          # doctest: +SKIP
@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from gradexplain.errors import UsageError
 from gradexplain.records.session import Session
+from gradexplain.records.trace import PYTHON_VALUE_LIMIT
 from gradexplain.threads import DEFAULT_THREADS, check_threads
 
 if TYPE_CHECKING:
@@ -27,12 +28,7 @@ if TYPE_CHECKING:
     from torch import nn
 
     from gradexplain.analysis.diff import HookDiff
-    from gradexplain.capture.pipeline import Progress
     from gradexplain.records.walk import Failure, Walk
-
-# Python models' activations are large: copying every value of each is what makes a walk slow.
-PYTHON_MAX_VALUES = 1_000
-
 
 @dataclass(frozen=True)
 class Explanation:
@@ -93,7 +89,7 @@ class Explanation:
 
 
 def explain(model: nn.Module | Any, *inputs: torch.Tensor | Sequence[int], loss: str = "sum",
-            max_values: int | None = PYTHON_MAX_VALUES, name: str | None = None,
+            max_values: int | None = PYTHON_VALUE_LIMIT, name: str | None = None,
             threads: int | None = DEFAULT_THREADS) -> Explanation:
     """Walk `model` on `inputs` with every hook: which derivative each hook argument is.
 
@@ -107,6 +103,7 @@ def explain(model: nn.Module | Any, *inputs: torch.Tensor | Sequence[int], loss:
     """
     import torch
 
+    from gradexplain.capture.pipeline import capture_module
     from gradexplain.capture.pymodel import InputShape, as_module, check_arity, random_inputs
 
     check_threads(threads, "explain(): threads=")
@@ -123,48 +120,8 @@ def explain(model: nn.Module | Any, *inputs: torch.Tensor | Sequence[int], loss:
             raise UsageError(f"explain(): input {index} is a {type(item).__name__}; give a "
                              "tensor or a shape such as (4, 3)")
     check_arity(module, len(tensors), target)
-    return Explanation(_capture(module, tuple(tensors), target, loss, max_values, None, None,
-                                threads))
+    return Explanation(capture_module(module, tuple(tensors), target, loss, max_values, None,
+                                      None, threads))
 
 
-def run_target(target: str, shapes: Sequence[str], inputs_file: Path | None, loss: str,
-               max_values: int | None, progress: Progress | None = None,
-               threads: int | None = DEFAULT_THREADS) -> Session:
-    """`gradexplain walk FILE.py:NAME --input 4x3`: load the model (running the user's code,
-    by their choice), make or load its inputs, and capture the session."""
-    from gradexplain.capture.pymodel import (
-        check_arity,
-        load_inputs,
-        load_model,
-        parse_input,
-        random_inputs,
-    )
-
-    if shapes and inputs_file is not None:
-        raise UsageError("give --input shapes or --inputs FILE, not both")
-    parsed = [parse_input(text) for text in shapes]  # a typo is reported before user code runs
-    model = load_model(target)
-    tensors = load_inputs(inputs_file) if inputs_file is not None else random_inputs(parsed)
-    check_arity(model, len(tensors), target)
-    given = (f"--inputs {inputs_file}" if inputs_file is not None
-             else " ".join(f"--input {item.text}" for item in parsed))
-    command = f"gradexplain walk {target} {given} --loss {loss}"
-    return _capture(model, tensors, target, loss,
-                    PYTHON_MAX_VALUES if max_values is None else max_values, command, progress,
-                    threads)
-
-
-def _capture(model: nn.Module, inputs: tuple[torch.Tensor, ...], target: str, loss: str,
-             max_values: int | None, command: str | None,
-             progress: Progress | None, threads: int | None) -> Session:
-    from gradexplain.capture.pipeline import capture
-    from gradexplain.capture.pymodel import python_source
-
-    if loss not in ("sum", "mean"):
-        raise UsageError(f"loss {loss!r}: use 'sum' or 'mean'")
-    source = python_source(model, inputs, target, loss, command)  # type: ignore[arg-type]
-    return capture(source.spec, target, source.description, source.build, max_values, progress,
-                   threads)
-
-
-__all__ = ["Explanation", "explain", "run_target"]
+__all__ = ["Explanation", "explain"]

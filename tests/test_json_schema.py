@@ -226,9 +226,9 @@ def test_strict_variant_only_narrows(name: SchemaName) -> None:
 
 
 def test_python_model_with_summaries_validates() -> None:
-    from gradexplain.api import run_target
+    from gradexplain.capture.pipeline import capture_target
 
-    session = run_target(f"{REPO / 'examples' / 'models.py'}:make_mlp", ["4x3"], None, "sum", 4)
+    session = capture_target(f"{REPO / 'examples' / 'models.py'}:make_mlp", ["4x3"], None, "sum", 4)
     docs = documents(session)
     walk = docs["walk"][1]
     summaries = [item for path, item in walk_items(walk["passes"]) if path[-1:] == ["summary"]]

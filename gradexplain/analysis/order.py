@@ -10,10 +10,11 @@ shows up as steps that do not hold. The rules are those torch 2.13 was observed 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from gradexplain.records.names import ACCUMULATE, HOOK_WRAPPER, canonical_name
+from gradexplain.records.session import Session
 from gradexplain.records.trace import (
     Event,
     GraphNode,
@@ -338,6 +339,14 @@ class _Timeline:
 
 
 
+def first_firing_orders(session: Session, modes: Iterable[Mode]) -> list[FiringOrder]:
+    """The firing order of each pass in `modes` the session has: its first call that made any
+    hook call."""
+    traces = [session.trace(mode) for mode in modes]
+    return [order for order in (first_firing_order(trace) for trace in traces if trace)
+            if order is not None]
+
+
 def first_firing_order(trace: PassTrace) -> FiringOrder | None:
     """The firing order of the pass's first call that made any hook call (a call torch refused
     at once makes none)."""
@@ -348,4 +357,5 @@ def first_firing_order(trace: PassTrace) -> FiringOrder | None:
     return None
 
 
-__all__ = ["RULES", "FiringOrder", "OrderStep", "firing_order", "first_firing_order"]
+__all__ = ["RULES", "FiringOrder", "OrderStep", "firing_order", "first_firing_order",
+           "first_firing_orders"]

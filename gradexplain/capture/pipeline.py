@@ -9,10 +9,12 @@
 from __future__ import annotations
 
 import gc
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 
 import torch
+from torch import nn
 
 from gradexplain.capture.build import Builder, build
 from gradexplain.capture.derive import derivations
@@ -21,10 +23,11 @@ from gradexplain.capture.lessons import lessons_for
 from gradexplain.capture.passes import checked_pass, run_steps
 from gradexplain.capture.replay import Replay
 from gradexplain.capture.trace import trace, value_limit
+from gradexplain.errors import UsageError
 from gradexplain.language.model import ModelSpec
 from gradexplain.records.names import whole_names
 from gradexplain.records.session import Session, forward_steps
-from gradexplain.records.trace import PassTrace
+from gradexplain.records.trace import PYTHON_VALUE_LIMIT, PassTrace
 from gradexplain.records.walk import Walk
 from gradexplain.threads import DEFAULT_THREADS, torch_threads
 
@@ -113,4 +116,45 @@ def _label_and_check(spec: ModelSpec, spec_path: str, legacy: PassTrace, full: P
     )
 
 
-__all__ = ["STAGES", "Progress", "capture"]
+def capture_target(target: str, shapes: Sequence[str], inputs_file: Path | None, loss: str,
+                   max_values: int | None, progress: Progress | None = None,
+                   threads: int | None = DEFAULT_THREADS) -> Session:
+    """`gradexplain walk FILE.py:NAME --input 4x3`: load the model (running the user's code,
+    by their choice), make or load its inputs, and capture the session."""
+    from gradexplain.capture.pymodel import (
+        check_arity,
+        load_inputs,
+        load_model,
+        parse_input,
+        random_inputs,
+    )
+
+    if shapes and inputs_file is not None:
+        raise UsageError("give --input shapes or --inputs FILE, not both")
+    parsed = [parse_input(text) for text in shapes]  # a typo is reported before user code runs
+    model = load_model(target)
+    tensors = load_inputs(inputs_file) if inputs_file is not None else random_inputs(parsed)
+    check_arity(model, len(tensors), target)
+    given = (f"--inputs {inputs_file}" if inputs_file is not None
+             else " ".join(f"--input {item.text}" for item in parsed))
+    command = f"gradexplain walk {target} {given} --loss {loss}"
+    return capture_module(model, tensors, target, loss,
+                          PYTHON_VALUE_LIMIT if max_values is None else max_values, command,
+                          progress, threads)
+
+
+def capture_module(model: nn.Module, inputs: tuple[torch.Tensor, ...], target: str, loss: str,
+                   max_values: int | None, command: str | None,
+                   progress: Progress | None, threads: int | None) -> Session:
+    """A Python model on these inputs, `loss` ("sum" or "mean") of its output backpropagated:
+    the model becomes a ModelSpec and identical builds (`pymodel`), then `capture`."""
+    from gradexplain.capture.pymodel import python_source
+
+    if loss not in ("sum", "mean"):
+        raise UsageError(f"loss {loss!r}: use 'sum' or 'mean'")
+    source = python_source(model, inputs, target, loss, command)  # type: ignore[arg-type]
+    return capture(source.spec, target, source.description, source.build, max_values, progress,
+                   threads)
+
+
+__all__ = ["STAGES", "Progress", "capture", "capture_module", "capture_target"]

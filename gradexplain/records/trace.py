@@ -28,6 +28,8 @@ HookKind = Literal[
 
 # Tensors above this many elements keep a summary instead of every value (DESIGN section 5).
 VALUE_LIMIT = 10_000
+# Python models' activations are large: copying every value of each is what makes a walk slow.
+PYTHON_VALUE_LIMIT = 1_000
 
 
 @dataclass(frozen=True)

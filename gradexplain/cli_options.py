@@ -1,0 +1,142 @@
+"""The command line's options and arguments, each declared once with its help text, for the
+commands in `cli.py` to share. Declarations only: nothing here parses, runs or prints.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from gradexplain.records.trace import Mode
+from gradexplain.threads import DEFAULT_THREADS, MAX_THREADS
+
+
+class Format(str, Enum):
+    text = "text"
+    json = "json"
+    markdown = "markdown"
+
+
+class PassChoice(str, Enum):
+    legacy = "legacy"
+    full = "full"
+    both = "both"
+
+    @property
+    def modes(self) -> tuple[Mode, ...]:
+        """The passes to show."""
+        if self is PassChoice.legacy:
+            return ("legacy",)
+        return ("full",) if self is PassChoice.full else ("legacy", "full")
+
+
+class HookChoice(str, Enum):
+    forward_pre = "forward_pre"
+    forward = "forward"
+    backward = "backward"
+    full_backward_pre = "full_backward_pre"
+    full_backward = "full_backward"
+    tensor = "tensor"
+    post_accumulate_grad = "post_accumulate_grad"
+    node_pre = "node_pre"
+    node = "node"
+
+
+SpecArgument = Annotated[
+    str | None,
+    typer.Argument(help="The spec file (YAML), or a Python model: FILE.py:NAME or "
+                   "package.module:NAME, an nn.Module or a zero-argument function returning "
+                   "one (this runs that Python code). Leave it out when using --load.",
+                   show_default=False, metavar="SPEC"),
+]
+InputOption = Annotated[
+    list[str] | None,
+    typer.Option("--input", help="Python models: the shape of one forward argument, such as "
+                 "4x3 (4x3:float64, 2x5:int64 for token ids 0-9); repeat it for each argument. "
+                 "Filled with seeded randn; floating inputs require grad.", show_default=False),
+]
+InputsOption = Annotated[
+    Path | None,
+    typer.Option("--inputs", help="Python models: a torch.save'd tensor, or list of tensors, "
+                 "to use as the forward's arguments instead of --input.", show_default=False),
+]
+
+
+class LossChoice(str, Enum):
+    sum = "sum"
+    mean = "mean"
+
+
+LossOption = Annotated[
+    LossChoice | None,
+    typer.Option("--loss", help="Python models: the scalar backpropagated, the sum (the "
+                 "default) or the mean of the model's output.", show_default=False),
+]
+MaxValuesOption = Annotated[
+    int | None,
+    typer.Option("--max-values", min=1, help="Tensors with more elements are recorded as min, "
+                 "max, mean and norm when a hook sees them, and checked on those. Default "
+                 "10000; 1000 for Python models, whose activations are large.",
+                 show_default=False),
+]
+ThreadsOption = Annotated[
+    int | None,
+    typer.Option("--threads", min=1, max=MAX_THREADS, help=f"torch's intra-op threads for the "
+                 f"run. Default {DEFAULT_THREADS}: tiny models gain nothing from more, and with "
+                 "one the output is the same whatever OMP_NUM_THREADS says.",
+                 show_default=False),
+]
+
+
+LoadOption = Annotated[
+    Path | None,
+    typer.Option("--load", help="Render a session saved by `walk --save` instead of running "
+                 "a spec (torch is not run again).", show_default=False),
+]
+FormatOption = Annotated[
+    Format, typer.Option("--format", "-f", help="text for people, json for programs, markdown "
+                         "for a GitHub page.")
+]
+ModuleOption = Annotated[
+    str | None,
+    typer.Option("--module", help="Only this module (a path such as module2 or module2.l; "
+                 "submodules included).", show_default=False),
+]
+PassOption = Annotated[
+    PassChoice, typer.Option("--pass", help="Show the legacy pass, the full pass, or both.")
+]
+HookOption = Annotated[
+    list[HookChoice] | None,
+    typer.Option("--hook", help="Only this kind of hook (repeat for several).",
+                 show_default=False),
+]
+SaveOption = Annotated[
+    Path | None,
+    typer.Option("--save", help="Also save the whole session (both traces, every label "
+                 "and check) as JSON, for `report --load` and `diff --load`.",
+                 show_default=False),
+]
+OrderOption = Annotated[
+    bool,
+    typer.Option("--order", help="Also show the firing order of each shown pass's first "
+                 "call: every hook call numbered, with the rule that puts it there."),
+]
+AllBlocksOption = Annotated[
+    bool,
+    typer.Option("--all-blocks", help="Text output: print every repeated block in full "
+                 "instead of folding identical ones after the first."),
+]
+OutputOption = Annotated[
+    Path | None,
+    typer.Option("--output", "-o", help="The markdown file to write (with --all: the "
+                 "folder). Without it the report goes to stdout.", show_default=False),
+]
+AllSpecsOption = Annotated[
+    Path | None,
+    typer.Option("--all", help="Every *.yaml spec in this folder: one report each, plus "
+                 "an index.md linking them, written to the -o folder.",
+                 show_default=False),
+]

@@ -1,0 +1,68 @@
+"""What `walk` and `diff` print in each format, chosen in one place: a string (JSON, markdown)
+or a rich renderable (text), for `cli` to print. Renderers return values; nothing prints here.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
+
+    from gradexplain.analysis.diff import HookDiff
+    from gradexplain.analysis.order import FiringOrder
+    from gradexplain.records.walk import Walk
+
+OutputFormat = Literal["text", "json", "markdown"]
+
+
+def json_text(document: object) -> str:
+    """A JSON document as gradexplain prints it: UTF-8 as is, one space of indent, a newline."""
+    return json.dumps(document, ensure_ascii=False, indent=1) + "\n"
+
+
+def walk_output(walk: Walk, orders: Sequence[FiringOrder] | None, output_format: OutputFormat,
+                collapse: bool = True) -> str | RenderableType:
+    """The walk in `output_format`, with the firing orders when asked for (`orders` not None;
+    JSON then has its `firing_order` key even when no pass made a hook call)."""
+    if output_format == "json":
+        from gradexplain.records.codec import to_data
+        from gradexplain.render.json_walk import walk_json
+
+        document = walk_json(walk)
+        if orders is not None:
+            document["firing_order"] = [to_data(item) for item in orders]
+        return json_text(document)
+    if output_format == "markdown":
+        from gradexplain.render.markdown import blocks
+        from gradexplain.render.markdown_walk import walk_markdown
+        from gradexplain.render.order import order_markdown
+
+        return blocks(walk_markdown(walk), *(order_markdown(item, 2) for item in orders or ()))
+    from rich.console import Group
+
+    from gradexplain.render.order import order_text
+    from gradexplain.render.text_walk import walk_text
+
+    return Group(walk_text(walk, collapse=collapse),
+                 *(order_text(item) for item in orders or ()))
+
+
+def diff_output(result: HookDiff, output_format: OutputFormat) -> str | RenderableType:
+    """Legacy against full hooks in `output_format`."""
+    if output_format == "json":
+        from gradexplain.render.json_diff import diff_json
+
+        return json_text(diff_json(result))
+    if output_format == "markdown":
+        from gradexplain.render.markdown_diff import diff_markdown
+
+        return diff_markdown(result)
+    from gradexplain.render.text_diff import diff_text
+
+    return diff_text(result)
+
+
+__all__ = ["OutputFormat", "diff_output", "json_text", "walk_output"]

@@ -1,0 +1,114 @@
+"""Where a session comes from: a saved file, a YAML spec, or a Python model (FILE.py:NAME).
+
+The command line's one way in. `open_source` does everything that needs no torch (the option
+combinations, loading a saved session, reading and checking a spec), so a bad spec or option is
+reported before torch is imported; `Source.capture` then runs `capture.pipeline`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from gradexplain.errors import UsageError
+from gradexplain.threads import DEFAULT_THREADS
+
+if TYPE_CHECKING:
+    from gradexplain.capture.pipeline import Progress
+    from gradexplain.language.model import ModelSpec
+    from gradexplain.records.session import Session
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How to run the spec or the Python model given on the command line (the inputs and the
+    loss are for a Python model only; a YAML spec declares its own). None: the default."""
+
+    inputs: tuple[str, ...] = ()
+    inputs_file: Path | None = None
+    loss: str | None = None
+    max_values: int | None = None
+    threads: int | None = None
+
+
+NO_OPTIONS = RunOptions()
+
+
+@dataclass(frozen=True)
+class Source:
+    """A model ready to capture: a checked YAML spec (`spec`, with the exact `text` that was
+    read), or a Python target (`spec` None) whose code has not run yet."""
+
+    target: str
+    options: RunOptions
+    spec: ModelSpec | None = None
+    text: str = ""
+
+    def capture(self, progress: Progress | None = None) -> Session:
+        """Run it (torch): both passes, labels, checks, the chain rule and the lessons."""
+        from gradexplain.capture import pipeline
+
+        threads = DEFAULT_THREADS if self.options.threads is None else self.options.threads
+        if self.spec is None:
+            return pipeline.capture_target(self.target, self.options.inputs,
+                                           self.options.inputs_file, self.options.loss or "sum",
+                                           self.options.max_values, progress, threads)
+        return pipeline.capture(self.spec, self.target, self.text,
+                                max_values=self.options.max_values, progress=progress,
+                                threads=threads)
+
+
+def open_source(spec: str | None, load: Path | None,
+                options: RunOptions = NO_OPTIONS) -> Session | Source:
+    """A saved session (`load`, no torch), or the spec or Python model to run: exactly one."""
+    if (spec is None) == (load is None):
+        raise UsageError("give a SPEC to run, or --load FILE to render a saved session "
+                         "(not both)")
+    python_only = [flag for flag, given in (("--input", options.inputs),
+                                            ("--inputs", options.inputs_file),
+                                            ("--loss", options.loss)) if given]
+    if load is not None:
+        run_only = python_only + [flag for flag, given in (
+            ("--max-values", options.max_values), ("--threads", options.threads))
+            if given is not None]
+        if run_only:
+            raise UsageError("--load renders a saved session as it was captured: leave out "
+                             f"{', '.join(run_only)}")
+        from gradexplain.records.session import load_session
+
+        return load_session(load)
+    assert spec is not None
+    if is_python(spec):
+        return Source(spec, options)
+    if python_only:
+        raise UsageError(f"{', '.join(python_only)}: only for a Python model (FILE.py:NAME); "
+                         "a YAML spec declares its own inputs and backward")
+    from gradexplain.language import load_spec_text, read_spec_text
+
+    # One read: the session keeps exactly the text that was run.
+    text = read_spec_text(Path(spec))
+    return Source(spec, options, load_spec_text(text, spec), text)
+
+
+def is_python(spec: str) -> bool:
+    """FILE.py:NAME or package.module:NAME; a bare FILE.py is a mistake worth naming."""
+    from gradexplain.target import is_python_target
+
+    if spec.endswith(".py"):
+        raise UsageError(f"{spec} is Python: name the model in it, as {spec}:make_model (an "
+                         "nn.Module, or a function with no arguments that returns one)")
+    return is_python_target(spec) and not Path(spec).is_file()
+
+
+def check_module(session: Session, module: str | None) -> None:
+    """`--module PATH` names a module the session has (None: no filter)."""
+    if module is None:
+        return
+    known = {call.module for trace in session.traces for call in trace.calls}
+    if module not in known:
+        raise UsageError(f"--module {module!r}: no such module in {session.walk.spec} "
+                         f"(use a path such as {', '.join(sorted(known - {''})[:3])})")
+
+
+__all__ = ["NO_OPTIONS", "RunOptions", "Source", "check_module", "is_python", "open_source"]
