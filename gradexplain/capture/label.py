@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass
 
 from gradexplain.records.graph import Edge, GraphView, Position
-from gradexplain.records.names import ACCUMULATE, canonical_name, latex_name, op_name, short_name
+from gradexplain.records.names import canonical_name, latex_name, short_name
 from gradexplain.records.trace import Arg, Event, ModuleCall, PassTrace, Run
 from gradexplain.records.walk import Layout, Meaning
 
@@ -274,7 +274,7 @@ class _Labeller:
         if position is None:
             return NO_LABEL
         names = self.view.names.get(position, [])
-        wrt = _canonical(names) if names else self.synthetic(position)
+        wrt = _canonical(names) if names else self.view.synthetic_name(position)
         return self.zero_label(run, wrt, names,
                                f"{run.of} does not depend on {short_name(wrt)}")
 
@@ -282,7 +282,7 @@ class _Labeller:
         """Zeros at a position no real edge from the output reaches: only a full hook's
         wrapper, which fills in zeros for what got no gradient, makes torch pass one here."""
         names = self.view.names.get(position, [])
-        wrt = _canonical(names) if names else self.synthetic(position)
+        wrt = _canonical(names) if names else self.view.synthetic_name(position)
         short = short_name(wrt)
         return self.zero_label(run, wrt, names, f"{run.of} does not depend on {short}; the "
                                                 "zeros come from a full hook's wrapper")
@@ -356,7 +356,7 @@ class _Labeller:
     def meaning(self, run: Run, position: Position, edges: frozenset[Edge] | None,
                 transposes: int, reshaped: bool, summed: bool) -> Label:
         names = self.view.names.get(position, [])
-        wrt = _canonical(names) if names else self.synthetic(position)
+        wrt = _canonical(names) if names else self.view.synthetic_name(position)
         layout: Layout = ("summed" if summed else "reshaped" if reshaped
                           else "transposed" if transposes % 2 else "as-is")
         short, of = short_name(wrt), run.of
@@ -390,30 +390,7 @@ class _Labeller:
 
     def output_name(self, node: str) -> str:
         names = self.view.names.get((node, 0))
-        return _canonical(names) if names else self.synthetic((node, 0))
-
-    def synthetic(self, position: Position) -> str:
-        """A stable name for a tensor only a built-in layer or a sub-expression made: the op,
-        after the nearest named tensor computed from it (`z:mul` for the p * x in sum(p * x))."""
-        node = self.view.nodes[position[0]]
-        if node.name == ACCUMULATE:
-            return f"leaf#{self.view.rank[node.id]}"
-        op = op_name(node.name)
-        suffix = f"[{position[1]}]" if position[1] else ""
-        seen = {position}
-        frontier = [position]
-        while frontier:
-            current = frontier.pop(0)
-            for user, _ in sorted(self.view.consumers.get(current, []),
-                                  key=lambda edge: self.view.rank[edge[0]]):
-                above = (user, 0)
-                names = self.view.names.get(above)
-                if names:
-                    return f"{_canonical(names)}:{op}{suffix}"
-                if above not in seen:
-                    seen.add(above)
-                    frontier.append(above)
-        return f"{op}#{self.view.rank[node.id]}{suffix}"
+        return _canonical(names) if names else self.view.synthetic_name((node, 0))
 
 
 def _split(arg_name: str) -> tuple[str, int]:

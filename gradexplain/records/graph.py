@@ -22,7 +22,7 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-from gradexplain.records.names import HOOK_WRAPPER
+from gradexplain.records.names import ACCUMULATE, HOOK_WRAPPER, canonical_name, op_name
 from gradexplain.records.trace import GraphNode, PassTrace, TensorRecord
 
 Position = tuple[str, int]
@@ -122,6 +122,30 @@ class GraphView:
 
     def name_of(self, node_id: str) -> str:
         return self.nodes[node_id].name
+
+    def synthetic_name(self, position: Position) -> str:
+        """A stable name for a tensor only a built-in layer or a sub-expression made: the op,
+        after the nearest named tensor computed from it (`z:mul` for the p * x in sum(p * x));
+        `mul#3` (its node's rank) when no named tensor is computed from it."""
+        node = self.nodes[position[0]]
+        if node.name == ACCUMULATE:
+            return f"leaf#{self.rank[node.id]}"
+        op = op_name(node.name)
+        suffix = f"[{position[1]}]" if position[1] else ""
+        seen = {position}
+        frontier = [position]
+        while frontier:
+            current = frontier.pop(0)
+            for user, _ in sorted(self.consumers.get(current, []),
+                                  key=lambda edge: self.rank[edge[0]]):
+                above = (user, 0)
+                names = self.names.get(above)
+                if names:
+                    return f"{canonical_name(names)}:{op}{suffix}"
+                if above not in seen:
+                    seen.add(above)
+                    frontier.append(above)
+        return f"{op}#{self.rank[node.id]}{suffix}"
 
     def record(self, index: int | None) -> TensorRecord | None:
         return None if index is None else self.trace.tensors[index]
