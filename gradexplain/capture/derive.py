@@ -160,8 +160,7 @@ def _tensor_name(view: GraphView, position: tuple[str, int] | None,
             and (users[0][0], 0) not in seen:
         above = short_name(_tensor_name(view, (users[0][0], 0), seen))
         return f"{above} (reshaped)"
-    op = node.name.removesuffix("Backward0").removesuffix("Backward1").lower()
-    return f"{op}#{view.rank[node.id]}"
+    return view.synthetic_name(position)
 
 
 def _operand(name: str) -> str:
