@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Literal
 
+from gradexplain.records.check import Check, Failure
 from gradexplain.records.lessons.captures import CaptureLesson
 from gradexplain.records.lessons.interventions import InterventionLesson
 from gradexplain.records.lessons.torch_errors import ErrorExplanation
@@ -34,15 +35,6 @@ class Meaning:
     latex: str
     partial: str | None = None
     modified: bool = False
-
-
-@dataclass(frozen=True)
-class Check:
-    """The label's claim computed independently (a hook-free run) and compared with the value."""
-
-    verified: bool
-    max_abs_err: float
-    expected: TensorValue | None
 
 
 @dataclass(frozen=True)
@@ -180,15 +172,10 @@ class Lessons:
     interventions: tuple[InterventionLesson, ...] = ()
     captures: tuple[CaptureLesson, ...] = ()
 
-
-@dataclass(frozen=True)
-class Failure:
-    """A check that failed: where, and what was claimed."""
-
-    mode: Mode | None
-    where: str
-    claim: str
-    check: Check
+    def all(self) -> Iterator[VjpLesson | InterventionLesson | CaptureLesson]:
+        """Every lesson computed, in field order (each lists its checks: `checked`)."""
+        for field in fields(self):
+            yield from getattr(self, field.name)
 
 
 @dataclass(frozen=True)
@@ -227,7 +214,8 @@ class Walk:
                 yield Failure(None, where, f"a call torch refused ({step.error.category}), "
                               "which the spec did not expect (explained above)",
                               Check(False, math.inf, None))
-        yield from _lesson_checks(self.lessons)
+        for lesson in self.lessons.all():
+            yield from lesson.checked()
         for walk_pass in self.passes:
             for event in walk_pass.events:
                 for arg in event.args:
@@ -246,25 +234,11 @@ class Walk:
                                       f"{term.local} for {term.wrt}", term.check)
 
 
-def _lesson_checks(lessons: Lessons) -> Iterator[Failure]:
-    """Each lesson's own checks, as checks of the walk: a wrong lesson fails the run too."""
-    for lesson in lessons.vjp:
-        for identity in lesson.identities:
-            yield Failure(None, f"vector-Jacobian product of {lesson.of} wrt {lesson.wrt}",
-                          identity.text, Check(identity.verified, identity.max_abs_err, None))
-    for item in lessons.interventions:
-        where = f"intervention {item.action} on {item.hook} {item.target or '<model>'}"
-        if item.error is not None and not item.expected_error:
-            yield Failure(None, where, f"torch raised: {item.error}", Check(False, math.inf, None))
-        if item.verified is not None:
-            yield Failure(None, where, "every .grad with = without + the replacement's share",
-                          Check(item.verified, item.max_abs_err, None))
-    for capture in lessons.captures:
-        yield Failure(None, f"capture {capture.name} on {capture.module}",
-                      "stored activations equal a hook-free forward",
-                      Check(capture.verified, capture.max_abs_err, None))
-
-
 def _event_where(event: LabelledEvent, arg: str) -> str:
     target = event.target if event.target else "<model>"
     return f"#{event.seq} {event.hook} {target} {arg}"
+
+
+__all__ = ["Check", "Derivation", "DerivationLine", "Failure", "FinalGrad", "LabelledArg",
+           "LabelledEvent", "Layout", "LeafGrad", "Lessons", "Meaning", "ModuleWarning",
+           "PassWalk", "RunStep", "Term", "Walk"]

@@ -9,8 +9,10 @@ user removes the hook with `handle.remove()` once the activation is stored.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
+from gradexplain.records.check import Check, Failure
 from gradexplain.records.trace import TensorValue
 
 
@@ -81,6 +83,13 @@ class CaptureLesson:
     def removed(self) -> bool:
         """Whether the user's `handle.remove()` ran (the lesson's second half)."""
         return self.remove_after is not None
+
+    def checked(self) -> Iterator[Failure]:
+        """The stored activations compared with a hook-free forward, as a check of the walk."""
+        yield Failure(None, f"capture {self.name} on {self.module}",
+                      "stored activations equal a hook-free forward",
+                      Check(self.verified, self.max_abs_err, None))
+
 
 
 __all__ = ["CaptureLesson", "ForwardCall", "StoredEntry"]

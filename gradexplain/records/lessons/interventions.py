@@ -10,11 +10,14 @@ read only these records, and `gradexplain.records.codec` saves and loads them.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
 
 from gradexplain.language.model import ActionKind
 from gradexplain.language.model import HookKind as InterventionHook
+from gradexplain.records.check import Check, Failure
 from gradexplain.records.trace import TensorValue
 
 # "tensor": a named tensor's gradient, seen by a tensor hook; "leaf": a leaf's final `.grad`
@@ -107,6 +110,17 @@ class InterventionLesson:
     def failed_checks(self) -> tuple[GradChange, ...]:
         """The checked gradients whose value with the hook does not match the prediction."""
         return tuple(change for change in self.changes if change.verified is False)
+
+    def checked(self) -> Iterator[Failure]:
+        """The lesson's checks as checks of the walk: a call torch refused that the spec did not
+        expect fails; the replacement's share adding up is checked when it was computed."""
+        where = f"intervention {self.action} on {self.hook} {self.target or '<model>'}"
+        if self.error is not None and not self.expected_error:
+            yield Failure(None, where, f"torch raised: {self.error}", Check(False, math.inf, None))
+        if self.verified is not None:
+            yield Failure(None, where, "every .grad with = without + the replacement's share",
+                          Check(self.verified, self.max_abs_err, None))
+
 
 
 __all__ = ["ChangeKind", "GradChange", "InterventionHook", "InterventionLesson", "Replacement"]

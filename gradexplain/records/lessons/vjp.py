@@ -10,9 +10,11 @@ Identity that was checked numerically when the lesson was made (gradexplain/vjp.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
 
+from gradexplain.records.check import Check, Failure
 from gradexplain.records.trace import TensorValue
 
 CallKind = Literal["backward", "grad"]
@@ -91,6 +93,13 @@ class VjpLesson:
     @property
     def verified(self) -> bool:
         return all(identity.verified for identity in self.identities)
+
+    def checked(self) -> Iterator[Failure]:
+        """Each identity checked, as a check of the walk (a Failure where it did not hold)."""
+        for identity in self.identities:
+            yield Failure(None, f"vector-Jacobian product of {self.of} wrt {self.wrt}",
+                          identity.text, Check(identity.verified, identity.max_abs_err, None))
+
 
 
 __all__ = ["CallKind", "Identity", "JacobianMethod", "PerSample", "RowTerm", "SeedKind",

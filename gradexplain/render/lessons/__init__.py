@@ -6,6 +6,9 @@ one only decides what to show and in which order. No torch here.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 from rich.console import Group, RenderableType
 
 from gradexplain.records.walk import Walk
@@ -22,44 +25,47 @@ INTERVENTIONS = "Interventions"
 CAPTURES = "Forward-hook captures"
 
 
+@dataclass(frozen=True)
+class LessonView:
+    """How one lesson shows: its report section title, whether this walk has it, and its text
+    and markdown (a section headed at the given level)."""
+
+    title: str
+    shown: Callable[[Walk], bool]
+    text: Callable[[Walk], RenderableType]
+    markdown: Callable[[Walk, int], str]
+
+
+# Every lesson, in the order walk and report show them: a new lesson is one line here.
+LESSONS = (
+    LessonView(CALLS, worth_showing, runs_text, runs_markdown),
+    LessonView(VJP, lambda walk: bool(walk.lessons.vjp),
+               lambda walk: vjp_text(walk.lessons.vjp),
+               lambda walk, level: vjp_markdown(walk.lessons.vjp, level)),
+    LessonView(INTERVENTIONS, lambda walk: bool(walk.lessons.interventions),
+               lambda walk: intervention_text(walk.lessons.interventions),
+               lambda walk, level: intervention_markdown(walk.lessons.interventions, level)),
+    LessonView(CAPTURES, lambda walk: bool(walk.lessons.captures),
+               lambda walk: capture_text(walk.lessons.captures),
+               lambda walk, level: capture_markdown(walk.lessons.captures, level)),
+)
+
+
 def lessons_text(walk: Walk) -> list[RenderableType]:
     """The lesson parts of the text walk, only those the spec asks for."""
-    lessons = walk.lessons
-    parts: list[RenderableType] = []
-    if worth_showing(walk):
-        parts.append(runs_text(walk))
-    if lessons.vjp:
-        parts.append(vjp_text(lessons.vjp))
-    if lessons.interventions:
-        parts.append(intervention_text(lessons.interventions))
-    if lessons.captures:
-        parts.append(capture_text(lessons.captures))
-    return [Group(part) for part in parts]
+    return [Group(lesson.text(walk)) for lesson in LESSONS if lesson.shown(walk)]
 
 
 def lessons_sections(walk: Walk, level: int) -> list[tuple[str, str]]:
     """(title, body) of each lesson section a report has for this spec, bodies headed at
     `level` + 1 inside; an empty body means the spec does not ask for it."""
-    lessons = walk.lessons
-    return [
-        (CALLS, runs_markdown(walk, level + 1, headed=False) if worth_showing(walk) else ""),
-        (VJP, _unheaded(vjp_markdown(lessons.vjp, level)) if lessons.vjp else ""),
-        (INTERVENTIONS, _unheaded(intervention_markdown(lessons.interventions, level))
-         if lessons.interventions else ""),
-        (CAPTURES, _unheaded(capture_markdown(lessons.captures, level))
-         if lessons.captures else ""),
-    ]
+    return [(lesson.title, _unheaded(lesson.markdown(walk, level)) if lesson.shown(walk) else "")
+            for lesson in LESSONS]
 
 
 def lessons_markdown(walk: Walk, level: int) -> str:
     """The lesson sections of `walk --format markdown`, each with its own heading."""
-    lessons = walk.lessons
-    return blocks(
-        runs_markdown(walk, level) if worth_showing(walk) else "",
-        vjp_markdown(lessons.vjp, level) if lessons.vjp else "",
-        intervention_markdown(lessons.interventions, level) if lessons.interventions else "",
-        capture_markdown(lessons.captures, level) if lessons.captures else "",
-    )
+    return blocks(*(lesson.markdown(walk, level) for lesson in LESSONS if lesson.shown(walk)))
 
 
 def _unheaded(markdown: str) -> str:
@@ -70,5 +76,5 @@ def _unheaded(markdown: str) -> str:
     return "\n".join(lines).strip("\n")
 
 
-__all__ = ["CALLS", "CAPTURES", "INTERVENTIONS", "VJP", "lessons_markdown", "lessons_sections",
-           "lessons_text"]
+__all__ = ["CALLS", "CAPTURES", "INTERVENTIONS", "LESSONS", "VJP", "LessonView",
+           "lessons_markdown", "lessons_sections", "lessons_text"]

@@ -1,0 +1,31 @@
+"""A check: a claim computed independently and compared with what was recorded, and a failed
+one with where it was made. Every stage's checks are these (capture/checks.py makes them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gradexplain.records.trace import Mode, TensorValue
+
+
+@dataclass(frozen=True)
+class Check:
+    """The label's claim computed independently (a hook-free run) and compared with the value."""
+
+    verified: bool
+    max_abs_err: float
+    expected: TensorValue | None
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A check that failed: where, and what was claimed."""
+
+    mode: Mode | None
+    where: str
+    claim: str
+    check: Check
+
+
+__all__ = ["Check", "Failure"]
