@@ -26,8 +26,8 @@ if TYPE_CHECKING:
     from rich.console import RenderableType
     from torch import nn
 
-    from gradexplain.analysis.diff import HookDiff
     from gradexplain.capture.pipeline import Progress
+    from gradexplain.records.diff import HookDiff
     from gradexplain.records.walk import Failure, Walk
 
 # Python models' activations are large: copying every value of each is what makes a walk slow.

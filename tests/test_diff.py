@@ -14,9 +14,10 @@ import pytest
 import torch
 from torch import nn
 
-from gradexplain.analysis.diff import CallDiff, HookDiff, ModuleDiff, compare
+from gradexplain.analysis.diff import compare
 from gradexplain.capture.pipeline import capture
 from gradexplain.language import load_spec
+from gradexplain.records.diff import CallDiff, HookDiff, ModuleDiff
 from gradexplain.records.trace import TensorValue
 from gradexplain.records.walk import LabelledArg
 from tests.articles import TwoModules

@@ -12,9 +12,11 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gradexplain.analysis.diff import HookDiff, compare, module_title
+from gradexplain.analysis.diff import compare
 from gradexplain.analysis.order import first_firing_order
 from gradexplain.capture.label import whole_names
+from gradexplain.records.diff import HookDiff
+from gradexplain.records.paths import module_title
 from gradexplain.records.session import Session
 from gradexplain.records.walk import Walk
 from gradexplain.render.lessons import lessons_sections
