@@ -9,8 +9,7 @@ from gradexplain.records.walk import LabelledArg
 from gradexplain.render.diff_headings import call_headings
 from gradexplain.render.fmt import shape_label
 from gradexplain.render.markdown import blocks, bold, bullets, code, escape, heading, math, table
-from gradexplain.render.markdown_walk import value_cell
-from gradexplain.render.marks import check_cell
+from gradexplain.render.marks import check_cell, value_cell
 
 
 def diff_markdown(diff: HookDiff, level: int = 1) -> str:
