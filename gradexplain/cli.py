@@ -333,17 +333,12 @@ def diff(
     gradexplain.diff/1. Exit 0, or 1 when a label failed its check, 2 for bad input.
     """
     from gradexplain.analysis.diff import compare
+    from gradexplain.render.select import select_diff
 
     session = _session(spec, load, _model_options(input_shapes, inputs_file, loss, max_values,
                                                   threads))
     _check_module(session, module)
-    result = compare(session)
-    if module is not None:
-        from dataclasses import replace
-
-        result = replace(result, modules=tuple(
-            item for item in result.modules
-            if item.module == module or item.module.startswith(module + ".")))
+    result = select_diff(compare(session), module)
     if output_format is Format.json:
         from gradexplain.render.json_diff import diff_json
 
