@@ -383,6 +383,8 @@ def report(
     The same spec always gives the same bytes. Exit 0, 1 when a label failed its check, 2 for
     bad input.
     """
+    from gradexplain.analysis.diff import compare
+    from gradexplain.analysis.order import first_firing_orders
     from gradexplain.render.report import report_markdown
 
     if all_specs is not None:
@@ -394,7 +396,7 @@ def report(
         return
     session = _session(spec, load, _model_options(input_shapes, inputs_file, loss, max_values,
                                                   threads))
-    text = report_markdown(session)
+    text = report_markdown(session, compare(session), first_firing_orders(session.traces))
     if output is None:
         typer.echo(text, nl=False)
     else:
@@ -405,6 +407,8 @@ def report(
 
 def _report_all(folder: Path, output: Path) -> None:
     """One report per spec in `folder`, and an index; a bad spec is reported and skipped."""
+    from gradexplain.analysis.diff import compare
+    from gradexplain.analysis.order import first_firing_orders
     from gradexplain.render.report import ReportEntry, index_markdown, report_markdown
 
     if not folder.is_dir():
@@ -428,7 +432,8 @@ def _report_all(folder: Path, output: Path) -> None:
             bad = True
             continue
         name = f"{path.stem}.md"
-        _write(output / name, report_markdown(session))
+        _write(output / name, report_markdown(session, compare(session),
+                                              first_firing_orders(session.traces)))
         entries.append(ReportEntry(name, session.walk))
         failed |= bool(session.walk.failures())
     _write(output / "index.md", index_markdown(entries))

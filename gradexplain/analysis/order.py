@@ -10,7 +10,7 @@ shows up as steps that do not hold. The rules are those torch 2.13 was observed 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from gradexplain.records.trace import (
@@ -351,4 +351,11 @@ def first_firing_order(trace: PassTrace) -> FiringOrder | None:
     return None
 
 
-__all__ = ["RULES", "FiringOrder", "OrderStep", "firing_order", "first_firing_order"]
+def first_firing_orders(traces: Iterable[PassTrace]) -> list[FiringOrder]:
+    """Each pass's first firing order, in the order of `traces`; a pass none of whose calls
+    made a hook call has none."""
+    return [order for order in map(first_firing_order, traces) if order is not None]
+
+
+__all__ = ["RULES", "FiringOrder", "OrderStep", "firing_order", "first_firing_order",
+           "first_firing_orders"]
