@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from rich.console import RenderableType
     from torch import nn
 
-    from gradexplain.analysis.diff import HookDiff
+    from gradexplain.records.diff import HookDiff
     from gradexplain.records.walk import Failure, Walk
 
 @dataclass(frozen=True)
@@ -71,9 +71,10 @@ class Explanation:
 
     def report(self) -> str:
         """The markdown page `gradexplain report` writes."""
+        from gradexplain.analysis.order import first_firing_orders
         from gradexplain.render.report import report_markdown
 
-        return report_markdown(self.session)
+        return report_markdown(self.session, self.diff(), first_firing_orders(self.session.traces))
 
     def save(self, path: str | Path) -> None:
         """Save the session, for `gradexplain walk --load FILE` (and diff, report)."""

@@ -168,7 +168,7 @@ def walk(
     modes = pass_.modes
     kinds: list[HookKind] = [item.value for item in hook or []]
     shown = select(session.walk, modes, module, kinds)
-    orders = first_firing_orders(session, modes) if order else None
+    orders = first_firing_orders(session.passes(modes)) if order else None
     _print(walk_output(shown, orders, output_format.value, collapse=not all_blocks))
     _exit_on_failures(session)
     if any(item.out_of_order for item in orders or ()):
@@ -197,17 +197,12 @@ def diff(
     """
     from gradexplain.analysis.diff import compare
     from gradexplain.render.outputs import diff_output
+    from gradexplain.render.select import select_diff
 
     session = _session(spec, load, _model_options(input_shapes, inputs_file, loss, max_values,
                                                   threads))
     check_module(session, module)
-    result = compare(session)
-    if module is not None:
-        from dataclasses import replace
-
-        result = replace(result, modules=tuple(
-            item for item in result.modules
-            if item.module == module or item.module.startswith(module + ".")))
+    result = select_diff(compare(session), module)
     _print(diff_output(result, output_format.value))
     _exit_on_failures(session)
 
@@ -232,6 +227,8 @@ def report(
     The same spec always gives the same bytes. Exit 0, 1 when a label failed its check, 2 for
     bad input.
     """
+    from gradexplain.analysis.diff import compare
+    from gradexplain.analysis.order import first_firing_orders
     from gradexplain.render.report import report_markdown
 
     if all_specs is not None:
@@ -243,7 +240,7 @@ def report(
         return
     session = _session(spec, load, _model_options(input_shapes, inputs_file, loss, max_values,
                                                   threads))
-    text = report_markdown(session)
+    text = report_markdown(session, compare(session), first_firing_orders(session.traces))
     if output is None:
         typer.echo(text, nl=False)
     else:
@@ -254,6 +251,8 @@ def report(
 
 def _report_all(folder: Path, output: Path) -> None:
     """One report per spec in `folder`, and an index; a bad spec is reported and skipped."""
+    from gradexplain.analysis.diff import compare
+    from gradexplain.analysis.order import first_firing_orders
     from gradexplain.render.report import ReportEntry, index_markdown, report_markdown
 
     if not folder.is_dir():
@@ -277,7 +276,8 @@ def _report_all(folder: Path, output: Path) -> None:
             bad = True
             continue
         name = f"{path.stem}.md"
-        _write(output / name, report_markdown(session))
+        _write(output / name, report_markdown(session, compare(session),
+                                              first_firing_orders(session.traces)))
         entries.append(ReportEntry(name, session.walk))
         failed |= bool(session.walk.failures())
     _write(output / "index.md", index_markdown(entries))

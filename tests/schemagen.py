@@ -19,8 +19,8 @@ import types
 import typing
 from typing import Any, Union
 
-from gradexplain.analysis.diff import FindingKind
 from gradexplain.analysis.order import FiringOrder
+from gradexplain.records.diff import FindingKind
 from gradexplain.records.session import SCHEMA as SESSION_SCHEMA
 from gradexplain.records.session import Session
 from gradexplain.records.trace import HookKind, Mode, Phase

@@ -14,9 +14,10 @@ import pytest
 import torch
 from torch import nn
 
-from gradexplain.analysis.diff import CallDiff, HookDiff, ModuleDiff, compare
+from gradexplain.analysis.diff import compare
 from gradexplain.capture.pipeline import capture
 from gradexplain.language import load_spec
+from gradexplain.records.diff import CallDiff, HookDiff, ModuleDiff
 from gradexplain.records.trace import TensorValue
 from gradexplain.records.walk import LabelledArg
 from tests.articles import TwoModules
@@ -304,3 +305,24 @@ def test_diff_bad_input_is_one_line_and_exit_2(args: tuple[str, ...], message: s
     assert result.code == 2
     assert message in result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("module", ["module", "module2"])
+def test_module_filter_keeps_the_module_and_its_submodules_only(module: str) -> None:
+    """`--module module` keeps neither module2 nor its children (a prefix is not a path), and
+    walk and diff keep the same modules: those the trace's calls have under that path."""
+    legacy = captured("two_modules.yaml").trace("legacy")
+    assert legacy is not None
+    parts = module.split(".")
+    expected = sorted({call.module for call in legacy.calls
+                       if call.module.split(".")[:len(parts)] == parts})
+    assert expected and (module != "module" or expected == ["module"])
+    diff = run_cli("diff", "specs/two_modules.yaml", "--module", module, "--format", "json")
+    assert diff.code == 0, diff.stderr
+    assert sorted(item["module"] for item in json.loads(diff.stdout)["modules"]) == expected
+    walk = run_cli("walk", "specs/two_modules.yaml", "--module", module, "--hook", "forward",
+                   "--format", "json")
+    assert walk.code == 0, walk.stderr
+    targets = {event["target"] for walk_pass in json.loads(walk.stdout)["passes"]
+               for event in walk_pass["events"]}
+    assert sorted(targets) == expected

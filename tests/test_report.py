@@ -9,8 +9,11 @@ from pathlib import Path
 import pytest
 
 from gradexplain.analysis.diff import compare
+from gradexplain.analysis.order import first_firing_orders
+from gradexplain.api import Explanation
 from gradexplain.render.console import plain_text
 from gradexplain.render.report import SECTIONS, anchor, report_markdown
+from gradexplain.render.select import select_diff
 from gradexplain.render.text_diff import diff_text
 from tests.articles import two_modules_in_torch
 from tests.conftest import SPECS, captured, run_cli
@@ -20,9 +23,15 @@ from tests.printed import close_enough, printed_numbers
 SPEC_FILES = sorted(path.name for path in SPECS.glob("*.yaml"))
 
 
+def report_of(spec: str) -> str:
+    """The page as `Explanation.report()` writes it (the diff and firing orders computed, then
+    rendered), which `gradexplain report` must match byte for byte."""
+    return Explanation(captured(spec)).report()
+
+
 @pytest.mark.parametrize("spec", SPEC_FILES)
 def test_report_matches_its_golden_file(spec: str, golden: object) -> None:
-    golden(f"report/{Path(spec).stem}.md", report_markdown(captured(spec)))  # type: ignore[operator]
+    golden(f"report/{Path(spec).stem}.md", report_of(spec))  # type: ignore[operator]
 
 
 @pytest.mark.parametrize("spec", SPEC_FILES)
@@ -33,7 +42,7 @@ def test_diff_matches_its_golden_file(spec: str, golden: object) -> None:
 
 @pytest.mark.parametrize("spec", SPEC_FILES)
 def test_report_is_well_formed_markdown(spec: str) -> None:
-    text = report_markdown(captured(spec))
+    text = report_of(spec)
     assert_markdown_well_formed(text)
     assert len(fences(text, "yaml")) == 1
     assert len(fences(text, "mermaid")) + text.count("too many to draw") == 2
@@ -47,7 +56,7 @@ def test_report_is_well_formed_markdown(spec: str) -> None:
 def test_report_numbers_are_torchs() -> None:
     """The classic example's key numbers, computed here in plain torch, are in the report."""
     grads = two_modules_in_torch()
-    text = report_markdown(captured("two_modules.yaml"))
+    text = report_of("two_modules.yaml")
     # Read back as numbers, not matched as digits: torch here and the capture may round the
     # last bit differently on another CPU, and the fifth digit with it.
     shown = printed_numbers(text)
@@ -57,13 +66,32 @@ def test_report_numbers_are_torchs() -> None:
     assert "legacy hook: " in text or "legacy hooks: " in text
 
 
+def test_the_report_shows_the_analyses_it_is_given() -> None:
+    """The renderer computes no diff or firing order of its own: given module2's diff only and
+    one pass's order, the page has exactly those (the modules read from the trace's calls)."""
+    session = captured("two_modules.yaml")
+    legacy = session.trace("legacy")
+    assert legacy is not None
+    modules = {call.module for call in legacy.calls}
+    kept = sorted(name for name in modules if name.split(".")[0] == "module2")
+    orders = first_firing_orders([legacy])
+    text = report_markdown(session, select_diff(compare(session), "module2"), orders)
+    diff_section = text.split("\n## Legacy vs full\n")[1].split("\n## ")[0]
+    assert sorted(re.findall(r"^### `([^`]*)`$", diff_section, re.M)) == kept
+    order_section = text.split("\n## Firing order\n")[1].split("\n## ")[0]
+    assert len(orders) == 1 and order_section.count("\n### ") == 1
+    # The whole page, with both analyses in full, has what was left out above.
+    whole = report_of("two_modules.yaml").split("\n## Legacy vs full\n")[1].split("\n## ")[0]
+    assert "### `module`" in whole and "### `module`" not in diff_section
+
+
 def test_report_is_byte_identical_across_processes(tmp_path: Path) -> None:
     first, second = tmp_path / "a.md", tmp_path / "b.md"
     for path in (first, second):
         result = run_cli("report", "specs/two_modules.yaml", "-o", str(path))
         assert result.code == 0, result.stderr
     assert first.read_bytes() == second.read_bytes()
-    assert first.read_text(encoding="utf-8") == report_markdown(captured("two_modules.yaml"))
+    assert first.read_text(encoding="utf-8") == report_of("two_modules.yaml")
     assert not re.search(r"0x[0-9a-f]{6,}|\d{4}-\d{2}-\d{2}", first.read_text(encoding="utf-8"))
 
 

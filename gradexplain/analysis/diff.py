@@ -6,88 +6,20 @@ on, a full call the module call whose wrappers it sits on (LabelledEvent.call), 
 called twice, or a backward run twice, pairs each call with its own. The reasons come from the
 labels (which derivative each argument is) and the trace (the module's arguments, the node the
 legacy hook sits on, the step that made the module's first output), never from values.
+What it finds is records (records/diff.py), for render/ to show.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Literal
 
+from gradexplain.records.diff import ArgRow, CallDiff, Finding, HookDiff, ModuleDiff, unique
 from gradexplain.records.names import canonical_name, short_name, whole_names
+from gradexplain.records.paths import module_title
 from gradexplain.records.session import Session
 from gradexplain.records.trace import ModuleCall, PassTrace, TensorRecord
 from gradexplain.records.walk import LabelledArg, LabelledEvent, Meaning, PassWalk
-
-FindingKind = Literal[
-    "attach",       # where the legacy hook sits
-    "unseen",       # a module argument whose gradient legacy grad_input lacks
-    "extra",        # a legacy grad_input entry that is no module argument
-    "order",        # legacy order follows the last op's operands
-    "layout",       # the same tensor, transposed or reshaped
-    "partial",      # only one use's share of a gradient
-    "outputs",      # legacy grad_output lacks outputs another node made
-    "never_fires",  # a hook that did not fire for this call
-    "zeros",        # full grad_input holds zeros for an input that needs no grad
-    "none",         # None entries, and why
-]
-
-
-@dataclass(frozen=True)
-class Finding:
-    kind: FindingKind
-    text: str
-
-
-@dataclass(frozen=True)
-class ArgRow:
-    """One argument name in both passes; a side is None when its hook has no such argument
-    (or did not fire). `note` says why the two differ ("" when they are the same)."""
-
-    name: str
-    legacy: LabelledArg | None
-    full: LabelledArg | None
-    same: bool
-    note: str
-
-
-@dataclass(frozen=True)
-class CallDiff:
-    """One forward call of the module in one backward run: its legacy and full hook calls."""
-
-    run: int
-    call: int  # index of the module call in the pass's forward
-    ordinal: int  # 1 for the module's first call, 2 for its second...
-    legacy_seq: int | None
-    full_seq: int | None
-    rows: tuple[ArgRow, ...]
-    findings: tuple[Finding, ...]
-
-
-@dataclass(frozen=True)
-class ModuleDiff:
-    """A module's calls side by side, what it takes (`arguments`, canonical names; None for a
-    non-tensor), where its legacy hook sits (`last_node`, made `made` by `step`), a verdict."""
-
-    module: str
-    arguments: tuple[str | None, ...]
-    last_node: str | None
-    made: str | None
-    step: str | None
-    calls: tuple[CallDiff, ...]
-    verdict: str
-
-    def findings(self) -> list[Finding]:
-        """Every call's findings, each once, in the order they first came."""
-        return _unique([finding for call in self.calls for finding in call.findings])
-
-
-@dataclass(frozen=True)
-class HookDiff:
-    spec: str
-    name: str
-    torch: str
-    modules: tuple[ModuleDiff, ...]
 
 
 def compare(session: Session) -> HookDiff:
@@ -116,21 +48,6 @@ def _modules(trace: PassTrace) -> list[str]:
         if event.hook == "forward_pre" and event.target not in order:
             order.append(event.target)
     return order
-
-
-def module_title(module: str) -> str:
-    return module if module else "<model>"
-
-
-def call_headings(module: ModuleDiff, call: CallDiff) -> tuple[str, str, str]:
-    """What every renderer heads a call with: `run 1` (`, call 2` when the module ran more
-    than once in that run), and the two columns, `legacy (#13)` and `full (#47)`."""
-    title = f"run {call.run}"
-    if sum(1 for other in module.calls if other.run == call.run) > 1:
-        title += f", call {call.ordinal}"
-    legacy = f"legacy (#{call.legacy_seq})" if call.legacy_seq is not None else "legacy"
-    full = f"full (#{call.full_seq})" if call.full_seq is not None else "full"
-    return title, legacy, full
 
 
 class _Module:
@@ -230,7 +147,7 @@ class _Module:
             findings += self.full_findings(module_call, full)
         return CallDiff(run, call, self.calls.index(call) + 1,
                         legacy.seq if legacy else None, full.seq if full else None, rows,
-                        tuple(_unique(findings)))
+                        tuple(unique(findings)))
 
     def rows(self, call: ModuleCall, legacy: LabelledEvent | None,
              full: LabelledEvent | None) -> list[ArgRow]:
@@ -551,10 +468,4 @@ def _ordered(names: list[str]) -> list[str]:
     return sorted(dict.fromkeys(names), key=key)
 
 
-def _unique(findings: list[Finding]) -> list[Finding]:
-    """Each finding once, in first-seen order."""
-    return list(dict.fromkeys(findings))
-
-
-__all__ = ["ArgRow", "CallDiff", "Finding", "HookDiff", "ModuleDiff", "call_headings", "compare",
-           "module_title"]
+__all__ = ["compare"]

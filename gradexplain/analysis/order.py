@@ -14,7 +14,6 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from gradexplain.records.names import ACCUMULATE, HOOK_WRAPPER, canonical_name
-from gradexplain.records.session import Session
 from gradexplain.records.trace import (
     Event,
     GraphNode,
@@ -339,14 +338,6 @@ class _Timeline:
 
 
 
-def first_firing_orders(session: Session, modes: Iterable[Mode]) -> list[FiringOrder]:
-    """The firing order of each pass in `modes` the session has: its first call that made any
-    hook call."""
-    traces = [session.trace(mode) for mode in modes]
-    return [order for order in (first_firing_order(trace) for trace in traces if trace)
-            if order is not None]
-
-
 def first_firing_order(trace: PassTrace) -> FiringOrder | None:
     """The firing order of the pass's first call that made any hook call (a call torch refused
     at once makes none)."""
@@ -355,6 +346,12 @@ def first_firing_order(trace: PassTrace) -> FiringOrder | None:
         if order is not None:
             return order
     return None
+
+
+def first_firing_orders(traces: Iterable[PassTrace]) -> list[FiringOrder]:
+    """Each pass's first firing order, in the order of `traces`; a pass none of whose calls
+    made a hook call has none."""
+    return [order for order in map(first_firing_order, traces) if order is not None]
 
 
 __all__ = ["RULES", "FiringOrder", "OrderStep", "firing_order", "first_firing_order",

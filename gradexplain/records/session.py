@@ -7,6 +7,7 @@ No torch here: `--load` renders a saved session without importing torch.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,6 +51,10 @@ class Session:
 
     def trace(self, mode: str) -> PassTrace | None:
         return next((trace for trace in self.traces if trace.mode == mode), None)
+
+    def passes(self, modes: Iterable[str]) -> list[PassTrace]:
+        """The traces of the passes in `modes` that the session has, in that order."""
+        return [trace for trace in map(self.trace, modes) if trace is not None]
 
 
 def forward_steps(spec: ModelSpec) -> tuple[ForwardStep, ...]:

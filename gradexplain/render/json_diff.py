@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gradexplain.analysis.diff import ArgRow, CallDiff, HookDiff, ModuleDiff
+from gradexplain.records.diff import ArgRow, CallDiff, HookDiff, ModuleDiff
 from gradexplain.render.json_walk import arg_json
 
 SCHEMA = "gradexplain.diff/1"

@@ -3,19 +3,13 @@ calls as a table, the reasons as bullets, the verdict in bold. Returns a string.
 
 from __future__ import annotations
 
-from gradexplain.analysis.diff import (
-    ArgRow,
-    CallDiff,
-    HookDiff,
-    ModuleDiff,
-    call_headings,
-    module_title,
-)
+from gradexplain.records.diff import ArgRow, CallDiff, HookDiff, ModuleDiff
+from gradexplain.records.paths import module_title
 from gradexplain.records.walk import LabelledArg
+from gradexplain.render.diff_headings import call_headings
 from gradexplain.render.fmt import shape_label
 from gradexplain.render.markdown import blocks, bold, bullets, code, escape, heading, math, table
-from gradexplain.render.markdown_walk import value_cell
-from gradexplain.render.marks import check_cell
+from gradexplain.render.marks import check_cell, value_cell
 
 
 def diff_markdown(diff: HookDiff, level: int = 1) -> str:

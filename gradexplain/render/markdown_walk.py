@@ -12,7 +12,6 @@ from collections.abc import Sequence
 
 from gradexplain.records.names import ACCUMULATE, canonical_name, whole_names
 from gradexplain.records.session import Session
-from gradexplain.records.trace import TensorValue
 from gradexplain.records.walk import (
     Check,
     Derivation,
@@ -24,7 +23,7 @@ from gradexplain.records.walk import (
     Term,
     Walk,
 )
-from gradexplain.render.fmt import fmt, fmt_shape, fmt_value
+from gradexplain.render.fmt import fmt, fmt_shape
 from gradexplain.render.latex import formula_latex, tensor_latex
 from gradexplain.render.lessons import lessons_markdown
 from gradexplain.render.markdown import (
@@ -38,7 +37,7 @@ from gradexplain.render.markdown import (
     math,
     table,
 )
-from gradexplain.render.marks import check_cell
+from gradexplain.render.marks import check_cell, value_cell
 
 PASS_HOOKS = {
     "legacy": "`register_backward_hook` on every module",
@@ -64,11 +63,6 @@ def _walk_markdown(walk: Walk, level: int = 2) -> str:
         heading(level, "Checks"),
         checks_markdown(walk, level + 1),
     )
-
-
-def value_cell(value: TensorValue | None) -> str:
-    """A tensor as fmt_value shows it, in a code span: monospace keeps the digits aligned."""
-    return code(fmt_value(value))
 
 
 def _header(walk: Walk) -> str:
@@ -323,4 +317,4 @@ def forward_values_markdown(session: Session, level: int = 3) -> str:
 
 __all__ = ["check_cell", "checks_markdown", "derivation_markdown", "display_node",
            "forward_values_markdown", "pass_markdown", "timeline_markdown", "timeline_table",
-           "value_cell", "walk_markdown"]
+           "walk_markdown"]

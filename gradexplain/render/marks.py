@@ -1,13 +1,15 @@
 """How a check reads, everywhere a check is shown: ✓, or a failure with its error that no
-reader can miss; nothing where nothing was checked. Text (rich) and markdown; no torch here."""
+reader can miss; nothing where nothing was checked. Text (rich) and markdown; no torch here.
+Also the markdown cell of a value, which every markdown table (walk, diff) shows the same way."""
 
 from __future__ import annotations
 
 from rich.text import Text
 
+from gradexplain.records.trace import TensorValue
 from gradexplain.records.walk import Check
-from gradexplain.render.fmt import fmt
-from gradexplain.render.markdown import bold
+from gradexplain.render.fmt import fmt, fmt_value
+from gradexplain.render.markdown import bold, code
 
 
 def check_mark(check: Check | None) -> Text:
@@ -27,4 +29,9 @@ def check_cell(check: Check | None) -> str:
     return f"✗ {bold('FAILED')} (error {fmt(check.max_abs_err)})"
 
 
-__all__ = ["check_cell", "check_mark"]
+def value_cell(value: TensorValue | None) -> str:
+    """A tensor as fmt_value shows it, in a code span: monospace keeps the digits aligned."""
+    return code(fmt_value(value))
+
+
+__all__ = ["check_cell", "check_mark", "value_cell"]

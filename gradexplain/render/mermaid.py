@@ -15,6 +15,7 @@ from typing import Literal
 
 from gradexplain.records.graph import GraphView, Position
 from gradexplain.records.names import ACCUMULATE, canonical_name
+from gradexplain.records.paths import inside, module_title
 from gradexplain.records.session import ForwardStep, Session
 from gradexplain.records.trace import PassTrace, TensorRecord
 
@@ -58,7 +59,7 @@ def _shape(shape: tuple[int, ...]) -> str:
 
 def _relative(name: str, path: str) -> str:
     """A name as it reads inside the subgraph of module `path` (`module2.l.weight` -> l.weight)."""
-    if path and name.startswith(path + "."):
+    if path and inside(name, path):
         return name[len(path) + 1:]
     return name
 
@@ -316,19 +317,17 @@ def autograd_mermaid(session: Session) -> str | None:
 
 
 def _outputs(view: GraphView, trace: PassTrace) -> dict[Position, tuple[str, tuple[int, ...]]]:
-    """Each named position's canonical name and shape, in output order per node (a tensor
-    reached through identity wrappers counts for the real node below them)."""
-    names: dict[Position, list[str]] = {}
+    """Each named position's canonical name and shape, in output order per node. The names are
+    GraphView's (a tensor reached through identity wrappers counts for the real node below
+    them); the shape is that of the first named tensor there."""
     shapes: dict[Position, tuple[int, ...]] = {}
     for record in trace.tensors:
         position = view.resolve(view.raw_position(record.index))
-        if position is None or not record.names:
-            continue
-        names.setdefault(position, []).extend(record.names)
-        shapes.setdefault(position, record.shape)
+        if position is not None and record.names:
+            shapes.setdefault(position, record.shape)
     found: dict[Position, tuple[str, tuple[int, ...]]] = {}
-    for position in sorted(names):
-        name = canonical_name(names[position])
+    for position in sorted(view.names):
+        name = canonical_name(view.names[position])
         if name is not None:
             found[position] = (name, shapes[position])
     return found
@@ -365,7 +364,7 @@ def _legacy_hooks(session: Session, view: GraphView, trace: PassTrace) -> dict[s
             found = targets.setdefault(real[0], [])
             if event.target not in found:
                 found.append(event.target)
-    return {node: [target or "<model>" for target in sorted(found)]
+    return {node: [module_title(target) for target in sorted(found)]
             for node, found in targets.items()}
 
 

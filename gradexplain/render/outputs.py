@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Literal
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
-    from gradexplain.analysis.diff import HookDiff
+    from gradexplain.records.diff import HookDiff
     from gradexplain.analysis.order import FiringOrder
     from gradexplain.records.walk import Walk
 

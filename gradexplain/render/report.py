@@ -2,8 +2,9 @@
 
 It composes the other markdown renderers (the walk's chain rule, timelines and checks, the
 legacy-vs-full diff, the mermaid diagrams) around the spec as written. Everything comes from
-the session, so a saved session gives the same bytes as a fresh run: no timestamps, no paths
-beyond the spec's own, no addresses.
+the session and the analyses the caller ran on it (`analysis.diff.compare`, the firing orders),
+so a saved session gives the same bytes as a fresh run: no timestamps, no paths beyond the
+spec's own, no addresses.
 """
 
 from __future__ import annotations
@@ -12,9 +13,10 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gradexplain.analysis.diff import HookDiff, compare, module_title
-from gradexplain.analysis.order import first_firing_order
+from gradexplain.analysis.order import FiringOrder
+from gradexplain.records.diff import HookDiff
 from gradexplain.records.names import whole_names
+from gradexplain.records.paths import module_title
 from gradexplain.records.session import Session
 from gradexplain.records.walk import Walk
 from gradexplain.render.lessons import lessons_sections
@@ -47,16 +49,16 @@ SECTIONS = (
 )
 
 
-def report_markdown(session: Session) -> str:
-    """The whole report page of a session, as markdown."""
+def report_markdown(session: Session, diff: HookDiff, orders: Sequence[FiringOrder]) -> str:
+    """The whole report page of a session, as markdown: `diff` is `compare(session)`, `orders`
+    the firing orders to show (`first_firing_orders(session.traces)`)."""
     with whole_names(session.walk.whole_names):
-        return _report_markdown(session)
+        return _report_markdown(session, diff, orders)
 
 
-def _report_markdown(session: Session) -> str:
+def _report_markdown(session: Session, diff: HookDiff, orders: Sequence[FiringOrder]) -> str:
     walk = session.walk
-    diff = compare(session)
-    sections = [(title, body) for title, body in _sections(session, diff) if body]
+    sections = [(title, body) for title, body in _sections(session, diff, orders) if body]
     parts = [
         heading(1, f"gradexplain report: {escape(walk.name)}"),
         f"> {escape(walk.about)}" if walk.about else "",
@@ -70,7 +72,8 @@ def _report_markdown(session: Session) -> str:
     return blocks(*parts)
 
 
-def _sections(session: Session, diff: HookDiff) -> list[tuple[str, str]]:
+def _sections(session: Session, diff: HookDiff,
+              orders: Sequence[FiringOrder]) -> list[tuple[str, str]]:
     """Every section as (title, body); a lesson the spec does not ask for has an empty body."""
     walk = session.walk
     return [
@@ -93,19 +96,18 @@ def _sections(session: Session, diff: HookDiff) -> list[tuple[str, str]]:
         ("Chain rule", derivation_markdown(walk, level=3)),
         ("Legacy vs full", diff_markdown(diff, level=2)),
         ("Hook timeline", timeline_markdown(walk, level=3, warnings=False)),
-        ("Firing order", _firing_orders(session)),
+        ("Firing order", _firing_orders(orders)),
         ("Checks", checks_markdown(walk, level=3)),
         ("Environment", _environment(session)),
     ]
 
 
-def _firing_orders(session: Session) -> str:
+def _firing_orders(orders: Sequence[FiringOrder]) -> str:
     """Each pass's first call as a numbered timeline with the rule behind each position."""
-    orders = [first_firing_order(trace) for trace in session.traces]
     return blocks(
         "Every hook call of each pass's first call, numbered, with the rule that puts it "
         "there (rules from torch 2.13's engine, checked against the order observed).",
-        *(order_markdown(order, level=3) for order in orders if order is not None))
+        *(order_markdown(order, level=3) for order in orders))
 
 
 def anchor(title: str) -> str:

@@ -1,10 +1,14 @@
-"""The `--pass`, `--module` and `--hook` filters: a smaller Walk, for every renderer alike."""
+"""The `--pass`, `--module` and `--hook` filters: a smaller Walk, for every renderer alike; and
+`--module` for the diff, a HookDiff of fewer modules. Both ask records/paths.py what belongs to
+a module."""
 
 from __future__ import annotations
 
 from collections.abc import Collection
 from dataclasses import replace
 
+from gradexplain.records.diff import HookDiff
+from gradexplain.records.paths import in_module, inside
 from gradexplain.records.trace import HookKind, Mode
 from gradexplain.records.walk import LabelledEvent, Walk
 
@@ -24,13 +28,22 @@ def select(walk: Walk, modes: Collection[Mode], module: str | None,
     return replace(walk, passes=passes)
 
 
+def select_diff(diff: HookDiff, module: str | None) -> HookDiff:
+    """Keep the modules that are `module` or below it (all if None). Unlike `select`, an empty
+    `module` (the model's own path) keeps only the model, as `diff --module ''` always has."""
+    if module is None:
+        return diff
+    return replace(diff, modules=tuple(item for item in diff.modules
+                                       if in_module(item.module, module)))
+
+
 def _keeps(event: LabelledEvent, module: str | None, hooks: Collection[HookKind]) -> bool:
     if hooks and event.hook not in hooks:
         return False
     if not module:
         return True
     if event.hook in MODULE_HOOKS:
-        return event.target == module or event.target.startswith(module + ".")
+        return in_module(event.target, module)
     if event.hook in TENSOR_HOOKS:
-        return event.target.startswith(module + ".")
+        return inside(event.target, module)
     return False

@@ -8,15 +8,10 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from gradexplain.analysis.diff import (
-    ArgRow,
-    CallDiff,
-    HookDiff,
-    ModuleDiff,
-    call_headings,
-    module_title,
-)
+from gradexplain.records.diff import ArgRow, CallDiff, HookDiff, ModuleDiff
+from gradexplain.records.paths import module_title
 from gradexplain.records.walk import LabelledArg
+from gradexplain.render.diff_headings import call_headings
 from gradexplain.render.fmt import fmt_value, shape_label
 from gradexplain.render.marks import check_mark
 

@@ -1,0 +1,88 @@
+"""What `analysis.diff` finds when it sets legacy hooks beside full ones: per module, each call's
+arguments side by side (`ArgRow`), the reasons they differ (`Finding`) and a verdict. Frozen
+and torch-free like every record; `render/` shows them, `analysis/diff.py` makes them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from gradexplain.records.walk import LabelledArg
+
+FindingKind = Literal[
+    "attach",       # where the legacy hook sits
+    "unseen",       # a module argument whose gradient legacy grad_input lacks
+    "extra",        # a legacy grad_input entry that is no module argument
+    "order",        # legacy order follows the last op's operands
+    "layout",       # the same tensor, transposed or reshaped
+    "partial",      # only one use's share of a gradient
+    "outputs",      # legacy grad_output lacks outputs another node made
+    "never_fires",  # a hook that did not fire for this call
+    "zeros",        # full grad_input holds zeros for an input that needs no grad
+    "none",         # None entries, and why
+]
+
+
+@dataclass(frozen=True)
+class Finding:
+    kind: FindingKind
+    text: str
+
+
+@dataclass(frozen=True)
+class ArgRow:
+    """One argument name in both passes; a side is None when its hook has no such argument
+    (or did not fire). `note` says why the two differ ("" when they are the same)."""
+
+    name: str
+    legacy: LabelledArg | None
+    full: LabelledArg | None
+    same: bool
+    note: str
+
+
+@dataclass(frozen=True)
+class CallDiff:
+    """One forward call of the module in one backward run: its legacy and full hook calls."""
+
+    run: int
+    call: int  # index of the module call in the pass's forward
+    ordinal: int  # 1 for the module's first call, 2 for its second...
+    legacy_seq: int | None
+    full_seq: int | None
+    rows: tuple[ArgRow, ...]
+    findings: tuple[Finding, ...]
+
+
+@dataclass(frozen=True)
+class ModuleDiff:
+    """A module's calls side by side, what it takes (`arguments`, canonical names; None for a
+    non-tensor), where its legacy hook sits (`last_node`, made `made` by `step`), a verdict."""
+
+    module: str
+    arguments: tuple[str | None, ...]
+    last_node: str | None
+    made: str | None
+    step: str | None
+    calls: tuple[CallDiff, ...]
+    verdict: str
+
+    def findings(self) -> list[Finding]:
+        """Every call's findings, each once, in the order they first came."""
+        return unique([finding for call in self.calls for finding in call.findings])
+
+
+@dataclass(frozen=True)
+class HookDiff:
+    spec: str
+    name: str
+    torch: str
+    modules: tuple[ModuleDiff, ...]
+
+
+def unique(findings: list[Finding]) -> list[Finding]:
+    """Each finding once, in first-seen order."""
+    return list(dict.fromkeys(findings))
+
+
+__all__ = ["ArgRow", "CallDiff", "Finding", "FindingKind", "HookDiff", "ModuleDiff", "unique"]
