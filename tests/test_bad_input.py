@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import run_cli
+from tests.helpers.cli import run_cli
 
 GOOD_HEAD = "inputs:\n  x: {value: 1.0, requires_grad: true}\n"
 YAML_SYNTAX = 'forward: ["y = x * 2"\nbackward: y\n'

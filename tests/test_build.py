@@ -10,18 +10,20 @@ import pytest
 import torch
 from torch import nn
 
-from gradexplain.capture.build import build, observe, run_forward
+from gradexplain.capture.build import build, observe
 from gradexplain.errors import SpecRunError
 from gradexplain.language import load_spec, load_spec_text
-from tests.conftest import REPO, SPECS
-from tests.messages import raised_by
+from tests.helpers.capture import run_forward
+from tests.helpers.cli import REPO, SPECS
+from tests.helpers.messages import raised_by
 
 ALL_SPECS = sorted(SPECS.glob("*.yaml"))
 
 DIGESTS = """
 import hashlib, sys
-from gradexplain.capture.build import build, run_forward
+from gradexplain.capture.build import build
 from gradexplain.language import load_spec
+from tests.helpers.capture import run_forward
 for path in sys.argv[1:]:
     built = build(load_spec(path))
     output, values = run_forward(built)

@@ -29,8 +29,8 @@ from gradexplain.records.lessons.captures import CaptureLesson
 from gradexplain.records.trace import TensorValue
 from gradexplain.render.console import plain_text
 from gradexplain.render.lessons.captures import capture_markdown, capture_text
-from tests.conftest import REPO, SPECS
-from tests.mdcheck import assert_markdown_well_formed
+from tests.helpers.cli import REPO, SPECS
+from tests.helpers.mdcheck import assert_markdown_well_formed
 
 # A layer called twice in one forward, inside a module the model calls twice: the hook on
 # block.lin fires 4 times per forward, each time with a different input.

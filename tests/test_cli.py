@@ -10,30 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, SPECS, run_cli
+from tests.helpers.cli import REPO, SPECS, imported_by, run_cli, torch_imported_by
 
 ALL_SPECS = sorted(SPECS.glob("*.yaml"))
-
-
-def imported_by(*args: str, env: dict[str, str] | None = None) -> set[str]:
-    """Run the CLI in-process in a fresh interpreter; the top-level packages it imported."""
-    code = (
-        "import sys\n"
-        f"sys.argv = ['gradexplain', *{list(args)!r}]\n"
-        "from gradexplain.cli import main\n"
-        "try:\n    main()\nexcept SystemExit:\n    pass\n"
-        "print('IMPORTED=' + ' '.join(sorted({name.split('.')[0] for name in sys.modules})),"
-        " file=sys.stderr)\n"
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          cwd=REPO, env={**os.environ, **(env or {})}, timeout=120, check=False)
-    marker = [line for line in done.stderr.splitlines() if line.startswith("IMPORTED=")]
-    assert marker, done.stderr
-    return set(marker[-1].removeprefix("IMPORTED=").split())
-
-
-def torch_imported_by(*args: str, env: dict[str, str] | None = None) -> bool:
-    return "torch" in imported_by(*args, env=env)
 
 
 def complete(words: str, env: dict[str, str] | None = None) -> dict[str, str]:

@@ -29,8 +29,9 @@ from gradexplain.render.collapse import (
 )
 from gradexplain.render.console import plain_text
 from gradexplain.render.text_walk import walk_text
-from tests.conftest import SPECS, captured
-from tests.pymodels import Block
+from tests.helpers.capture import captured
+from tests.helpers.cli import SPECS
+from tests.helpers.pymodels import Block
 
 BLOCKS = 12
 

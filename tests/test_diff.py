@@ -19,8 +19,10 @@ from gradexplain.capture.pipeline import capture
 from gradexplain.language import load_spec
 from gradexplain.records.trace import TensorValue
 from gradexplain.records.walk import LabelledArg
-from tests.articles import TwoModules
-from tests.conftest import captured, run_cli
+from tests.helpers.articles import TwoModules
+from tests.helpers.capture import captured
+from tests.helpers.cli import run_cli
+from tests.helpers.spectexts import TWICE, TWICE_SPEC
 
 Hooked = dict[str, list[tuple[tuple[Any, ...], tuple[Any, ...]]]]
 
@@ -232,8 +234,6 @@ def test_full_gives_zeros_for_an_input_without_grad_legacy_gives_none(tmp_path: 
 
 
 def test_each_call_of_a_module_called_twice_is_paired_with_its_own(tmp_path: Path) -> None:
-    from tests.test_walk_cases import TWICE, TWICE_SPEC
-
     module = module_of(diff_of(TWICE_SPEC, tmp_path), "blk")
     assert sorted(call.ordinal for call in module.calls) == [1, 2]
 

@@ -37,7 +37,7 @@ from hypothesis import HealthCheck, Phase, event, given, note, settings
 from hypothesis import strategies as st
 
 from gradexplain.cli import main
-from tests.fuzzspecs import (
+from tests.helpers.fuzzspecs import (
     GENTLE_MUTATORS,
     TREE_MUTATORS,
     SpecFile,
@@ -261,12 +261,12 @@ def unexplained_failures(path: Path) -> list[str]:
     """Run the spec again through the library and list its failed checks, leaving out calls torch
     refused that the spec did not expect (a second backward without retain_graph: the checker
     leaves those to torch, and the walk shows them as failed runs, on purpose)."""
-    from gradexplain.capture.pipeline import capture
-    from gradexplain.language import load_spec_text, read_spec_text
+    from gradexplain.language import read_spec_text
+    from tests.helpers.capture import capture_text
 
     text = read_spec_text(path)
     with time_limit(WALK_SECONDS, "the library's walk"):
-        session = capture(load_spec_text(text, str(path)), str(path), text)
+        session = capture_text(text, str(path))
     found: list[str] = []
     for failure in session.walk.failures():
         if failure.claim.startswith(("a call torch refused", "torch raised:")):

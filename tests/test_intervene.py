@@ -32,8 +32,8 @@ from gradexplain.records.trace import TensorValue
 from gradexplain.render.console import plain_text
 from gradexplain.render.fmt import fmt_value
 from gradexplain.render.lessons.interventions import intervention_markdown, intervention_text
-from tests.conftest import SPECS
-from tests.mdcheck import assert_markdown_well_formed, tables
+from tests.helpers.cli import SPECS
+from tests.helpers.mdcheck import assert_markdown_well_formed, tables
 
 Grads = tuple[torch.Tensor | None, ...]
 # Registers plain-torch hooks on the classic example's two modules (returns the handle or None).

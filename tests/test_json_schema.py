@@ -1,5 +1,5 @@
 """The JSON documents gradexplain writes fit the schemas it ships (gradexplain/schemas/), which
-are what tests/schemagen.py builds, and docs/json.md describes them.
+are what tests/helpers/schemagen.py builds, and docs/json.md describes them.
 
 Every spec's walk (with and without --order), diff and session is validated in-process; a few
 runs of the real command line prove that what it prints and saves validates too. Each document
@@ -36,9 +36,10 @@ from gradexplain.render.json_walk import SCHEMA as WALK_SCHEMA
 from gradexplain.render.json_walk import walk_json
 from gradexplain.render.select import select
 from gradexplain.schemas import FILES, SchemaName, load_schema
-from tests import schemagen
-from tests.conftest import REPO, SPECS, capture_text, captured, run_cli
-from tests.mdcheck import fences
+from tests.helpers import schemagen
+from tests.helpers.capture import capture_text, captured
+from tests.helpers.cli import REPO, SPECS, run_cli
+from tests.helpers.mdcheck import fences
 
 JSON = dict[str, Any]
 KeyPath = list[str | int]
@@ -416,9 +417,9 @@ def test_shipped_schemas_are_what_schemagen_makes(request: pytest.FixtureRequest
         if shipped != text:
             changes = "".join(list(difflib.unified_diff(
                 shipped.splitlines(keepends=True), text.splitlines(keepends=True), str(path),
-                "tests/schemagen.py"))[:40])
-            pytest.fail(f"{path} is not what tests/schemagen.py makes: run python -m pytest "
-                        "--update-golden, read git diff gradexplain/schemas and bring "
+                "tests/helpers/schemagen.py"))[:40])
+            pytest.fail(f"{path} is not what tests/helpers/schemagen.py makes: run python -m "
+                        "pytest --update-golden, read git diff gradexplain/schemas and bring "
                         f"docs/json.md up to date\n{changes}", pytrace=False)
     assert sorted(path.name for path in SCHEMA_DIR.glob("*.json")) == sorted(made)
 

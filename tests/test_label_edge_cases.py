@@ -36,8 +36,8 @@ from gradexplain.capture.build import build
 from gradexplain.capture.lessons.captures import capture_lessons, hook_free_outputs
 from gradexplain.language import ModelSpec, load_spec_text
 from gradexplain.records.lessons.captures import CaptureLesson
-from tests.conftest import SPECS, run_cli
-from tests.walkjson import (
+from tests.helpers.cli import SPECS, run_cli
+from tests.helpers.walkjson import (
     JSON,
     MODES,
     Walk,

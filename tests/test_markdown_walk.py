@@ -26,9 +26,10 @@ from gradexplain.render.markdown_walk import (
     forward_values_markdown,
     walk_markdown,
 )
-from tests.articles import legacy_hook_warnings, two_modules_in_torch
-from tests.conftest import SPECS, captured
-from tests.mdcheck import (
+from tests.helpers.articles import legacy_hook_warnings, two_modules_in_torch
+from tests.helpers.capture import captured
+from tests.helpers.cli import SPECS
+from tests.helpers.mdcheck import (
     assert_latex_well_formed,
     assert_markdown_well_formed,
     math_spans,
@@ -37,7 +38,7 @@ from tests.mdcheck import (
     tables,
     walk_tokens,
 )
-from tests.printed import assert_printed, printed_skeleton
+from tests.helpers.printed import assert_printed, printed_skeleton
 
 SPEC_PATHS = sorted(SPECS.glob("*.yaml"))
 

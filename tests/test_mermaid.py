@@ -14,13 +14,12 @@ from typing import Any
 import pytest
 import torch
 
-from gradexplain.capture.pipeline import capture
-from gradexplain.language import load_spec_text
 from gradexplain.records.session import Session, load_session, save_session
 from gradexplain.render.mermaid import MAX_NODES, autograd_mermaid, escape, forward_mermaid
-from tests.articles import TwoModules
-from tests.conftest import SPECS, captured
-from tests.test_spec_language import NESTED
+from tests.helpers.articles import TwoModules
+from tests.helpers.capture import capture_text, captured
+from tests.helpers.cli import SPECS
+from tests.helpers.spectexts import NESTED
 
 # --- a validator of the flowchart subset the renderer emits ----------------------------------
 
@@ -366,7 +365,7 @@ def test_the_forward_of_two_modules() -> None:
 
 
 def test_nested_modules_nest_their_subgraphs() -> None:
-    session = capture(load_spec_text(NESTED), "nested.yaml", NESTED)
+    session = capture_text(NESTED, "nested.yaml")
     text = forward_mermaid(session)
     assert text is not None
     diagram = parse_flowchart(text)
@@ -394,7 +393,7 @@ def chain(steps: int) -> Session:
     lines = "\n".join(f'  - "h{i} = h{i - 1} * 2"' for i in range(1, steps + 1))
     text = (f"inputs:\n  h0: {{value: [1.0], requires_grad: true}}\nforward:\n{lines}\n"
             f"backward: h{steps}\n")
-    return capture(load_spec_text(text), "chain.yaml", text)
+    return capture_text(text, "chain.yaml")
 
 
 def test_too_large_or_empty_gives_none() -> None:

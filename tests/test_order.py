@@ -23,9 +23,10 @@ from gradexplain.analysis.order import GLOBAL_FIRST, RULES, FiringOrder, firing_
 from gradexplain.records.trace import Mode, PassTrace
 from gradexplain.render.console import plain_text
 from gradexplain.render.order import order_markdown, order_text
-from tests.articles import MyModule, MyModule2
-from tests.conftest import SPECS, captured
-from tests.mdcheck import assert_markdown_well_formed, tables
+from tests.helpers.articles import MyModule, MyModule2
+from tests.helpers.capture import captured
+from tests.helpers.cli import SPECS
+from tests.helpers.mdcheck import assert_markdown_well_formed, tables
 
 Log = list[tuple[str, str]]
 Name = Callable[[str, torch.Tensor], None]

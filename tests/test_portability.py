@@ -18,7 +18,7 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO, SPECS
+from tests.helpers.cli import REPO, SPECS
 
 SPEC_COUNT = len(list(SPECS.glob("*.yaml")))
 

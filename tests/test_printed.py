@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from tests.conftest import GOLDEN
-from tests.printed import (
+from tests.helpers.cli import GOLDEN
+from tests.helpers.printed import (
     NOISE_FLOOR,
     RELATIVE,
     assert_printed,

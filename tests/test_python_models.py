@@ -12,8 +12,9 @@ summaries, and last the bugs found while writing them, fixed, each with its repr
 
 The command line runs in-process through `gradexplain.cli.main` (the real entry point, errors
 and exit codes included) to keep the file fast; a handful of runs that only a separate process
-can show (byte-identical output across processes, the console script finding `tests.pymodels`
-from the working directory, no traceback on stderr) run as real subprocesses, side by side.
+can show (byte-identical output across processes, the console script finding
+`tests.helpers.pymodels` from the working directory, no traceback on stderr) run as real
+subprocesses, side by side.
 """
 
 from __future__ import annotations
@@ -43,12 +44,12 @@ from gradexplain.cli import main
 from gradexplain.records.trace import TensorValue
 from gradexplain.records.walk import LabelledArg, LabelledEvent, Walk
 from gradexplain.render.console import plain_text
-from tests import pymodels
-from tests.conftest import REPO, Result
-from tests.mdcheck import assert_markdown_well_formed
-from tests.messages import raised_by
+from tests.helpers import pymodels
+from tests.helpers.cli import REPO, Result
+from tests.helpers.mdcheck import assert_markdown_well_formed
+from tests.helpers.messages import raised_by
 
-PYMODELS = "tests/pymodels.py"
+PYMODELS = "tests/helpers/pymodels.py"
 JSON = dict[str, Any]
 Shape = tuple[int, ...]
 Factory = Callable[[], nn.Module]
@@ -287,7 +288,7 @@ class Background:
 
     def __init__(self) -> None:
         env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "100"}
-        module_form = ("walk", "tests.pymodels:make_mlp", "--input", "4x3", "-f", "json")
+        module_form = ("walk", "tests.helpers.pymodels:make_mlp", "--input", "4x3", "-f", "json")
         commands = {
             # the console script does not have the working directory on sys.path
             "script": ["gradexplain", *module_form],
@@ -541,7 +542,7 @@ def test_json_is_byte_identical_across_processes(processes: Background) -> None:
     first, second = processes.result("script"), processes.result("module")
     assert first.code == 0, first.stderr
     assert first.stdout == second.stdout
-    assert json.loads(first.stdout)["spec"] == "tests.pymodels:make_mlp"
+    assert json.loads(first.stdout)["spec"] == "tests.helpers.pymodels:make_mlp"
 
 
 def test_command_line_and_explain_agree(cli: CLI, processes: Background) -> None:
@@ -552,7 +553,7 @@ def test_command_line_and_explain_agree(cli: CLI, processes: Background) -> None
     assert here["spec"] == f"{PYMODELS}:make_mlp"
     assert processes.result("module").code == 0, processes.result("module").stderr
     elsewhere = json.loads(processes.result("module").stdout)
-    assert elsewhere["spec"] == "tests.pymodels:make_mlp"
+    assert elsewhere["spec"] == "tests.helpers.pymodels:make_mlp"
     assert without_spec(elsewhere) == without_spec(here)
 
     from_instance = explain(pymodels.MLP_INSTANCE, pymodels.MLP_INPUT).json()
@@ -627,16 +628,16 @@ def test_factory_instance_and_module_forms_agree(cli: CLI) -> None:
     """`file.py:factory`, `file.py:instance` and `pkg.module:factory` load the same model."""
     factory = walk_json(cli, f"{PYMODELS}:make_mlp", "--input", "4x3")
     instance = walk_json(cli, f"{PYMODELS}:MLP_INSTANCE", "--input", "4x3")
-    module = walk_json(cli, "tests.pymodels:make_mlp", "--input", "4x3")
+    module = walk_json(cli, "tests.helpers.pymodels:make_mlp", "--input", "4x3")
     assert instance["spec"] == f"{PYMODELS}:MLP_INSTANCE"
-    assert module["spec"] == "tests.pymodels:make_mlp"
+    assert module["spec"] == "tests.helpers.pymodels:make_mlp"
     assert without_spec(instance) == without_spec(factory) == without_spec(module)
 
 
 def test_console_script_finds_a_package_in_the_working_directory(
         processes: Background) -> None:
     """The console script does not have the working directory on sys.path, yet
-    `tests.pymodels:make_mlp` run from the repository root must import."""
+    `tests.helpers.pymodels:make_mlp` run from the repository root must import."""
     result = processes.result("script")
     assert result.code == 0, result.stderr
     assert json.loads(result.stdout)["passes"]
@@ -919,7 +920,7 @@ def test_unnamed_tensor_under_a_transpose() -> None:
 
 def test_factory_is_seeded_even_after_random_imports(cli: CLI, tmp_path: Path) -> None:
     (tmp_path / "noisy.py").write_text(
-        "import torch\nfrom tests.pymodels import make_mlp\n\nNOISE = torch.randn(3)\n",
+        "import torch\nfrom tests.helpers.pymodels import make_mlp\n\nNOISE = torch.randn(3)\n",
         encoding="utf-8")
     noisy = walk_json(cli, f"{tmp_path}/noisy.py:make_mlp", "--input", "4x3")
     assert without_spec(noisy) == without_spec(

@@ -12,10 +12,11 @@ from gradexplain.analysis.diff import compare
 from gradexplain.render.console import plain_text
 from gradexplain.render.report import SECTIONS, anchor, report_markdown
 from gradexplain.render.text_diff import diff_text
-from tests.articles import two_modules_in_torch
-from tests.conftest import SPECS, captured, run_cli
-from tests.mdcheck import assert_markdown_well_formed, fences, math_spans, tables
-from tests.printed import close_enough, printed_numbers
+from tests.helpers.articles import two_modules_in_torch
+from tests.helpers.capture import captured
+from tests.helpers.cli import SPECS, run_cli, torch_imported_by
+from tests.helpers.mdcheck import assert_markdown_well_formed, fences, math_spans, tables
+from tests.helpers.printed import close_enough, printed_numbers
 
 SPEC_FILES = sorted(path.name for path in SPECS.glob("*.yaml"))
 
@@ -81,8 +82,6 @@ def test_a_saved_session_renders_the_same_as_a_fresh_run(tmp_path: Path) -> None
 
 
 def test_load_does_not_import_torch(tmp_path: Path) -> None:
-    from tests.test_cli import torch_imported_by
-
     saved = tmp_path / "run.json"
     assert run_cli("walk", "specs/two_modules.yaml", "--save", str(saved)).code == 0
     assert not torch_imported_by("report", "--load", str(saved), "-o", str(tmp_path / "r.md"))

@@ -16,8 +16,9 @@ from gradexplain.language import load_spec
 from gradexplain.records.walk import RunStep, Walk
 from gradexplain.render.console import plain_text
 from gradexplain.render.lessons.calls import runs_markdown, runs_text
-from tests.conftest import SPECS, captured, run_cli
-from tests.mdcheck import assert_markdown_well_formed
+from tests.helpers.capture import captured
+from tests.helpers.cli import SPECS, run_cli
+from tests.helpers.mdcheck import assert_markdown_well_formed
 
 
 def _walk(name: str) -> Walk:

@@ -14,7 +14,8 @@ from gradexplain.records.codec import DecodeError, from_data, to_data
 from gradexplain.records.session import SCHEMA, Session, load_session, save_session
 from gradexplain.records.trace import Summary, TensorValue
 from gradexplain.records.walk import Check
-from tests.conftest import SPECS, captured
+from tests.helpers.capture import captured
+from tests.helpers.cli import SPECS
 
 
 @pytest.mark.parametrize("spec", sorted(path.name for path in SPECS.glob("*.yaml")))
@@ -93,7 +94,7 @@ def test_a_session_is_what_its_type_says() -> None:
 
 
 def test_save_to_a_place_that_cannot_be_written_is_a_usage_error(tmp_path: Path) -> None:
-    from tests.conftest import run_cli
+    from tests.helpers.cli import run_cli
 
     result = run_cli("walk", "specs/vector_backward.yaml", "--save",
                      str(tmp_path / "missing" / "run.json"), "--format", "json")

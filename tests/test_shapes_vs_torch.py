@@ -31,12 +31,13 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from gradexplain.capture.build import build, run_forward
+from gradexplain.capture.build import build
 from gradexplain.errors import SpecError
 from gradexplain.language import load_spec_text, shapes
 from gradexplain.language.catalogue import LAYERS
 from gradexplain.language.expr import Ellipsis_, IndexItem, NewAxis, Slice
 from gradexplain.language.shapes import Shape, ShapeProblem, TensorType
+from tests.helpers.capture import run_forward
 
 # Exceptions by which torch (or Python, for slices) refuses an operation.
 TORCH_ERRORS = (RuntimeError, IndexError, ValueError, TypeError)

@@ -8,28 +8,11 @@ import pytest
 import torch
 from torch import nn
 
-from gradexplain.capture.build import build, run_forward
+from gradexplain.capture.build import build
 from gradexplain.errors import SpecNameError, SpecShapeError
 from gradexplain.language import load_spec_text
-
-NESTED = """
-inputs:
-  x: {value: [1.0, -2.0, 3.0], requires_grad: true}
-modules:
-  outer:
-    params: {a: [2.0, 2.0, 2.0]}
-    modules:
-      middle:
-        params: {b: [0.5, 0.5, 0.5]}
-        modules:
-          inner:
-            layers: {act: Tanh}
-            forward: {args: [u], steps: ["v = act(u)"]}
-        forward: {args: [h], steps: ["w = inner(h * b)"]}
-    forward: {args: [x], steps: ["o = middle(x) * a"]}
-forward: ["y = outer(x)", "s = sum(y)"]
-backward: s
-"""
+from tests.helpers.capture import run_forward
+from tests.helpers.spectexts import NESTED
 
 
 def test_modules_nest_to_any_depth() -> None:

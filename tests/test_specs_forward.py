@@ -24,9 +24,10 @@ import torch
 from torch import nn
 from torch.nn.parameter import Parameter
 
-from gradexplain.capture.build import Built, build, run_forward
+from gradexplain.capture.build import Built, build
 from gradexplain.language import ModelSpec, load_spec
-from tests.articles import MyModule, MyModule2
+from tests.helpers.articles import MyModule, MyModule2
+from tests.helpers.capture import run_forward
 
 SPECS = Path(__file__).resolve().parent.parent / "specs"
 SPEC_NAMES = (

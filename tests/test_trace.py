@@ -14,13 +14,14 @@ import torch
 from torch import nn
 
 from gradexplain.capture.build import build
-from gradexplain.capture.trace import trace, trace_both
+from gradexplain.capture.trace import trace
 from gradexplain.errors import SpecRunError
 from gradexplain.language import load_spec, load_spec_text
 from gradexplain.records.trace import Mode, PassTrace
-from tests.articles import TwoModules, legacy_hook_warnings
-from tests.conftest import SPECS
-from tests.messages import raised_by
+from tests.helpers.articles import TwoModules, legacy_hook_warnings
+from tests.helpers.capture import trace_both
+from tests.helpers.cli import SPECS
+from tests.helpers.messages import raised_by
 
 Call = tuple[str, str, list[Any]]
 

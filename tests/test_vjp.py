@@ -21,9 +21,9 @@ from gradexplain.records.lessons.vjp import Identity, VjpLesson
 from gradexplain.records.trace import TensorValue
 from gradexplain.render.console import plain_text
 from gradexplain.render.lessons.vjp import vjp_markdown, vjp_text
-from tests.conftest import SPECS
-from tests.mdcheck import assert_markdown_well_formed, tables
-from tests.printed import NUMBER, close_enough
+from tests.helpers.cli import SPECS
+from tests.helpers.mdcheck import assert_markdown_well_formed, tables
+from tests.helpers.printed import NUMBER, close_enough
 
 # p * x then a square: a parameter, an intermediate and an input to differentiate with respect
 # to, a backward with a gradient, a grad call with a literal seed and one with ones; the calls

@@ -22,15 +22,15 @@ from torch import nn
 import gradexplain.capture.lessons.vjp as vjp
 from gradexplain.capture.build import build
 from gradexplain.capture.lessons.vjp import vjp_lessons
-from gradexplain.capture.pipeline import capture
 from gradexplain.language import load_spec_text
 from gradexplain.records.codec import from_data, to_data
 from gradexplain.records.lessons.vjp import VjpLesson
 from gradexplain.records.trace import TensorValue
 from gradexplain.render.console import plain_text
 from gradexplain.render.lessons.vjp import vjp_markdown, vjp_text
-from tests.conftest import SPECS, run_cli
-from tests.mdcheck import assert_markdown_well_formed
+from tests.helpers.capture import capture_text
+from tests.helpers.cli import SPECS, run_cli
+from tests.helpers.mdcheck import assert_markdown_well_formed
 
 Function = Callable[[torch.Tensor], torch.Tensor]
 
@@ -275,7 +275,7 @@ def test_squeezed_multi_output_matches_torch() -> None:
 def test_squeezed_multi_output_walk_checks_every_label() -> None:
     text = squeezed_multi_output()
     name = "specs/multi_output_squeezed.yaml"
-    walk = capture(load_spec_text(text, name), name, text).walk
+    walk = capture_text(text, name).walk
     assert len(walk.lessons.vjp) == 4
     assert all(lesson.per_sample is not None for lesson in walk.lessons.vjp)
     assert walk.failures() == []

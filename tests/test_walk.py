@@ -13,17 +13,16 @@ import torch
 
 from gradexplain.capture.checks import check
 from gradexplain.capture.label import Site, label_pass
-from gradexplain.capture.pipeline import walk
 from gradexplain.capture.replay import Replay
-from gradexplain.capture.trace import trace_both
 from gradexplain.language import load_spec
 from gradexplain.records.trace import TensorValue
 from gradexplain.records.walk import Walk
 from gradexplain.render.fmt import fmt
 from gradexplain.render.json_walk import walk_json
 from gradexplain.render.select import select
-from tests.articles import MyModule, MyModule2
-from tests.conftest import SPECS, run_cli
+from tests.helpers.articles import MyModule, MyModule2
+from tests.helpers.capture import trace_both, walk
+from tests.helpers.cli import SPECS, run_cli
 
 TWO_MODULES = SPECS / "two_modules.yaml"
 

@@ -14,7 +14,6 @@ The spec texts are written from the same Python numbers the oracles use. Each sp
 
 from __future__ import annotations
 
-import json
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,8 +24,9 @@ import pytest
 import torch
 from torch import nn
 
-from tests.conftest import run_cli
-from tests.walkjson import (
+from tests.helpers.cli import run_cli
+from tests.helpers.spectexts import TWICE, TWICE_SPEC, flow
+from tests.helpers.walkjson import (
     JSON,
     MODES,
     MODULE_BACKWARD_HOOKS,
@@ -45,12 +45,6 @@ from tests.walkjson import (
     run_all,
     value_tensor,
 )
-
-
-def flow(value: Any) -> str:
-    """A Python list or number as YAML flow text (JSON is valid YAML)."""
-    return json.dumps(value)
-
 
 Tensors = dict[str, torch.Tensor]
 
@@ -424,28 +418,6 @@ def plain_module_hook_order(mode: str) -> list[tuple[str, str]]:
 
 # --- a module called twice (B09) ------------------------------------------------------------------
 
-TWICE: dict[str, Any] = {
-    "x": [[1.0, 2.0], [0.5, -1.0], [2.0, 0.3]], "v": [0.4, -0.8, 1.2],
-    "c": [[0.5, 0.74], [0.98, 1.22], [1.46, 1.7]], "d": [0.3, -1.1, 0.8],
-    "lin.weight": [[0.3, -0.2], [0.8, 0.5]], "lin.bias": [0.1, -0.3], "blk.w": [1.5, -0.5, 2.0],
-}
-TWICE_SPEC = f"""
-inputs:
-  x: {{value: {flow(TWICE["x"])}, requires_grad: true}}
-  v: {{value: {flow(TWICE["v"])}, requires_grad: true}}
-  c: {flow(TWICE["c"])}
-  d: {flow(TWICE["d"])}
-layers:
-  lin: {{Linear: {{in_features: 2, out_features: 2}}, weight: {flow(TWICE["lin.weight"])},
-        bias: {flow(TWICE["lin.bias"])}}}
-modules:
-  blk:
-    params: {{w: {flow(TWICE["blk.w"])}}}
-    forward: {{args: [h], steps: ["g = tanh(h)", "o = g * w"]}}
-forward: ["h1 = lin(x)", "h2 = lin(h1)", "y1 = blk(v)", "y2 = blk(y1)",
-          "s = sum(h2 * c) + sum(y2 * d)"]
-backward: s
-"""
 
 
 def plain_twice() -> Plain:

@@ -17,9 +17,9 @@ import pytest
 import torch
 from torch import nn
 
-from tests.articles import MyModule, MyModule2, TwoModules
-from tests.conftest import SPECS
-from tests.walkjson import (
+from tests.helpers.articles import MyModule, MyModule2, TwoModules
+from tests.helpers.cli import SPECS
+from tests.helpers.walkjson import (
     MODES,
     SCHEMA,
     WRAPPER,

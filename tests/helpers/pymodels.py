@@ -129,7 +129,8 @@ def _seeded_instance() -> MLP:
         return make_mlp()
 
 
-# An instance, for `tests/pymodels.py:MLP_INSTANCE`: the same weights as make_mlp() at seed 0.
+# An instance, for `tests/helpers/pymodels.py:MLP_INSTANCE`: the same weights as make_mlp()
+# at seed 0.
 MLP_INSTANCE = _seeded_instance()
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from tests.conftest import run_cli
+from tests.helpers.cli import run_cli
 
 JSON = dict[str, Any]
 
