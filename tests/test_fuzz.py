@@ -2,9 +2,10 @@
 and `walk` end with exit 0, 1 or 2, a short one-line error at most, never a traceback, never an
 `internal error`, and never a hang.
 
-The files come from tests/fuzzspecs.py (the valid specs mutated as data or as bytes). Each one goes
-through the real entry point, `gradexplain.cli.main`, in this process, with stdout encoded as
-strict UTF-8 the way a terminal's is, and under an alarm that turns a hang into a failure.
+The files come from tests/helpers/fuzzspecs.py (the valid specs mutated as data or as bytes).
+Each one goes through the real entry point, `gradexplain.cli.main`, in this process, with stdout
+encoded as strict UTF-8 the way a terminal's is, and under an alarm that turns a hang into a
+failure.
 
 - `validate` exits 0 or 2; on 2 its stderr is exactly one line, `error: FILE...`, short and free
   of control characters.

@@ -1,5 +1,5 @@
-"""Printed numbers compared as another CPU can change them (tests/printed.py): its last digit
-passes, any real change fails."""
+"""Printed numbers compared as another CPU can change them (tests/helpers/printed.py): its last
+digit passes, any real change fails."""
 
 from __future__ import annotations
 

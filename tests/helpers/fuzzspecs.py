@@ -28,7 +28,7 @@ from typing import Any
 import yaml
 from hypothesis import strategies as st
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parent.parent.parent
 SEED_TEXTS: dict[str, str] = {
     path.stem: path.read_text(encoding="utf-8") for path in sorted((REPO / "specs").glob("*.yaml"))
 }

@@ -200,7 +200,7 @@ def make_asserts() -> Asserts:
     return Asserts()
 
 
-# --- models that expose known bugs (see the xfail tests in test_python_models.py) ---------------
+# --- models that expose known bugs (see the xfail tests in capture/test_pymodel.py) ---------
 
 
 def make_dropout() -> nn.Sequential:

@@ -29,7 +29,7 @@ from gradexplain.language import ModelSpec, load_spec
 from tests.helpers.articles import MyModule, MyModule2
 from tests.helpers.capture import run_forward
 
-SPECS = Path(__file__).resolve().parent.parent / "specs"
+SPECS = Path(__file__).resolve().parent.parent.parent / "specs"
 SPEC_NAMES = (
     "two_modules",
     "matrix_chain",

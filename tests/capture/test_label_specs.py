@@ -77,7 +77,7 @@ def grads_of(output: torch.Tensor, tensors: dict[str, torch.Tensor],
 
 
 def plain_two_modules() -> tuple[Oracle, dict[str, torch.Tensor]]:
-    """The article's classes (tests/articles.py); also returns the forward values."""
+    """The article's classes (tests/helpers/articles.py); also returns the forward values."""
     m1, m2 = MyModule(), MyModule2()
     x = torch.tensor(5.0, requires_grad=True)
     y = m1(x)

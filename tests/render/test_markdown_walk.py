@@ -1,7 +1,7 @@
 """`walk --format markdown`: well-formed GitHub markdown for every spec, every hook argument a
 table row, the numbers torch's own (computed here in plain torch), failures loud; plus the
-building blocks (render/markdown.py, render/latex.py) and the checker itself (tests/mdcheck.py),
-which must reject what GitHub would render broken."""
+building blocks (render/markdown.py, render/latex.py) and the checker itself
+(tests/helpers/mdcheck.py), which must reject what GitHub would render broken."""
 
 from __future__ import annotations
 
