@@ -1,7 +1,6 @@
 """`walk --format markdown`: well-formed GitHub markdown for every spec, every hook argument a
-table row, the numbers torch's own (computed here in plain torch), failures loud; plus the
-building blocks (render/markdown.py, render/latex.py) and the checker itself
-(tests/helpers/mdcheck.py), which must reject what GitHub would render broken."""
+table row, the numbers torch's own (computed here in plain torch), failures loud. (Its building
+blocks: test_markdown.py, test_latex.py; the checker: tests/test_mdcheck.py.)"""
 
 from __future__ import annotations
 
@@ -15,12 +14,10 @@ from typing import cast
 import pytest
 import torch
 
-from gradexplain.capture.rules import RULES, local_derivatives
 from gradexplain.records.trace import Nested
 from gradexplain.records.walk import Check, Walk
 from gradexplain.render.fmt import fmt, fmt_nested
-from gradexplain.render.latex import PROSE, formula_latex, tensor_latex
-from gradexplain.render.markdown import code, escape, math, table
+from gradexplain.render.markdown import code, escape, math
 from gradexplain.render.markdown_walk import (
     TIMELINE_HEADERS,
     forward_values_markdown,
@@ -30,13 +27,10 @@ from tests.helpers.articles import legacy_hook_warnings, two_modules_in_torch
 from tests.helpers.capture import captured
 from tests.helpers.cli import SPECS
 from tests.helpers.mdcheck import (
-    assert_latex_well_formed,
     assert_markdown_well_formed,
     math_spans,
-    parse,
     section,
     tables,
-    walk_tokens,
 )
 from tests.helpers.printed import assert_printed, printed_skeleton
 
@@ -326,175 +320,3 @@ def test_a_failed_chain_rule_term_is_listed() -> None:
     assert_shows(found.group(1), two_modules_in_torch()["t"], "∂z/∂t")
     assert checks_rows(text)["chain rule terms"][2] == "1"
     assert "derivation of run 1, SigmoidBackward0" in section(text, "Failed checks")
-
-
-# --- formulas --------------------------------------------------------------------------------
-
-# Operand names as derive.py writes them, and how each must come out in LaTeX.
-OPERANDS = {
-    "t": "t",
-    "x1": "x_{1}",
-    "(weightᵀ)": r"(\mathrm{weight}^{\top})",
-    "z:mul": r"\mathrm{z{:}mul}",
-    "y@2": "y^{(2)}",
-    "sum#3": r"\mathrm{sum\#3}",
-    "x_temp": r"\mathrm{x\_temp}",
-    "(t (reshaped))": r"(t\text{ (reshaped)})",
-}
-NAME_SETS = [["t", "x1", "z:mul"], ["(weightᵀ)", "y@2", "sum#3"], ["x_temp", "(t (reshaped))"]]
-
-
-@pytest.mark.parametrize("node", sorted(RULES) + ["FooBackward0", "torch::autograd::CopySlices"])
-def test_formula_latex_converts_every_rule(node: str) -> None:
-    for names in NAME_SETS:
-        formulas, has_rule = local_derivatives(node, names, names[0])
-        assert has_rule == (node in RULES)
-        for formula in formulas:
-            latex = formula_latex(formula)
-            assert latex.isascii(), f"{formula!r} left {latex!r}"
-            assert_latex_well_formed(latex)
-            for name, expected in OPERANDS.items():
-                if name in formula:
-                    # A square root's braces replace its operand's parentheses.
-                    root = rf"\sqrt{{{expected.removeprefix('(').removesuffix(')')}}}"
-                    assert expected in latex or root in latex, \
-                        f"{name!r} in {formula!r} became {latex!r}"
-            prose = " ".join(re.findall(r"\\text\{([^{}]*)\}", latex))
-            for word in re.findall(r"[A-Za-z]+", formula):
-                if word in PROSE:
-                    assert word in re.findall(r"[A-Za-z]+", prose), \
-                        f"{word!r} is not \\text in {latex!r}"
-            assert_markdown_well_formed(table(["formula"], [[math(latex)]]))
-
-
-@pytest.mark.parametrize("formula, expected", [
-    ("g ⊙ σ(t)(1 − σ(t))", r"g \odot \sigma(t)(1 - \sigma(t))"),
-    ("g · weightᵀ", r"g \cdot \mathrm{weight}^{\top}"),
-    ("(weightᵀ)ᵀ · g", r"(\mathrm{weight}^{\top})^{\top} \cdot g"),
-    ("Σ_rows g", r"\sum_{\text{rows}} g"),
-    ("g ⊙ n·xⁿ⁻¹", r"g \odot n\cdot x^{n-1}"),
-    ("g reshaped to t's shape", r"g\text{ reshaped to }t\text{'s shape}"),
-    ("t.grad += g", r"t.\mathrm{grad} \mathrel{+}= g"),
-    ("g / (2√x)", r"g / (2\sqrt{x})"),
-    ("g ⊙ (1 − tanh²(h))", r"g \odot (1 - \tanh^{2}(h))"),
-    ("g ⊙ c (the number)", r"g \odot c\text{ (the number)}"),
-    ("J_MyBackward0ᵀ g (input 1)", r"J_{\text{MyBackward0}}^{\top} g\text{ (input 1)}"),
-    ("y@2ᵀ · g", r"{y^{(2)}}^{\top} \cdot g"),
-    ("Σ g ⊙ x̂", r"\sum g \odot \hat{x}"),
-    ("weightᵀ", r"\mathrm{weight}^{\top}"),
-])
-def test_formula_latex_examples(formula: str, expected: str) -> None:
-    assert formula_latex(formula) == expected
-    assert_latex_well_formed(expected)
-
-
-def test_tensor_latex_uses_the_short_name() -> None:
-    assert tensor_latex("module2.t") == "t"
-    assert tensor_latex("module2.l.weight") == r"\mathrm{weight}"
-    assert tensor_latex("t (reshaped)") == r"t\text{ (reshaped)}"
-
-
-# --- the building blocks ---------------------------------------------------------------------
-
-
-def plain(markdown: str) -> str:
-    """What a reader sees of one line of inline markdown: its text, escapes resolved."""
-    return "".join(token.content for token in walk_tokens(parse(markdown))
-                   if token.type in ("text", "text_special", "code_inline", "math_inline"))
-
-
-@pytest.mark.parametrize("text", [
-    "p * x and y_1 * w_2", "<model>", "[0.5](x)", "# not a heading", "a | b", "$5 and $6",
-    "- not a list", "1. not a list", "`tick`", "~~no~~", "back\\slash", "&amp;", "!(x)",
-    "_em_ and __strong__", "grad_input[0] of x_temp", "snake_case *b*",
-])
-def test_escape_shows_the_text_itself(text: str) -> None:
-    markdown = escape(text, block=True)
-    assert plain(markdown) == text
-    assert_markdown_well_formed(markdown)
-    assert [token.type for token in parse(markdown)] == [
-        "paragraph_open", "inline", "paragraph_close"]
-
-
-def test_escape_keeps_urls_clickable() -> None:
-    url = "https://docs.pytorch.org/docs/main/generated/torch.nn.Module.html#torch.nn.Module.x_y"
-    tokens = list(walk_tokens(parse(escape(f"See {url}."))))
-    assert [token.attrs.get("href") for token in tokens if token.type == "link_open"] == [url]
-
-
-@pytest.mark.parametrize("text", ["plain", "a`b", "``x``", "`edge`", "a | b", " spaced "])
-def test_code_is_verbatim(text: str) -> None:
-    spans = [token.content for token in walk_tokens(parse(code(text)))
-             if token.type == "code_inline"]
-    assert spans == [text]
-
-
-def test_table_keeps_pipes_and_newlines_inside_cells() -> None:
-    markdown = table(["a", "b"], [["x | y", code("p|q")], ["one\ntwo", math(r"\vert x|")]])
-    assert_markdown_well_formed(markdown)
-    headers, rows = tables(markdown)[0]
-    assert headers == ["a", "b"]
-    assert rows == [["x | y", "`p|q`"], ["one<br>two", r"$\vert x\vert$"]]
-    with pytest.raises(ValueError, match="row 0 has 1 cells"):
-        table(["a", "b"], [["only one"]])
-
-
-def test_math_is_trimmed_and_table_safe() -> None:
-    assert math("  x  ") == "$x$"
-    assert math("a|b") == r"$a\vert b$"
-    assert math(r"\mathrm{mul#1}") == r"$\mathrm{mul\#1}$"
-    assert math("") == ""
-
-
-# --- the checker must be able to fail --------------------------------------------------------
-
-
-@pytest.mark.parametrize("markdown, complaint", [
-    ("| a | b |\n|---|---|\n| 1 | 2 | 3 |\n", "has 3 cells, the header 2"),
-    ("| a | b |\n|---|---|\n| $x|y$ | 2 |\n", "cells, the header 2"),
-    ("cost $ x$ here\n", "a '$' outside math"),
-    ("```py\nprint(1)\n", "never closed"),
-    ("the <model> hook\n", "raw HTML"),
-    ("| a | b |\n| 1 | 2 |\n", "looks like a table row"),
-    ("$\\frac{a}{b$\n", "unbalanced"),
-    ("| a |\n|---|\n| $\\foo$ |\n", "unknown command"),
-])
-def test_mdcheck_rejects_broken_markdown(markdown: str, complaint: str) -> None:
-    with pytest.raises(AssertionError, match=complaint.replace("$", r"\$")):
-        assert_markdown_well_formed(markdown)
-
-
-@pytest.mark.parametrize("latex, complaint", [
-    (r"\frac{a}{b", "unbalanced '{'"),
-    (r"a}", "unbalanced '}'"),
-    (r"\left( x", r"\\left without \\right"),
-    (r"{\left( x}\right)", r"\\left without \\right"),
-    (r"x \right)", r"\\right without its \\left"),
-    (r"\left x \right)", "not a delimiter"),
-    (r"\foo{x}", "unknown command"),
-    (r"x^{2}^{3}", "double superscript"),
-    (r"y^{(2)}^{\top}", "double superscript"),
-    (r"x_1_2", "double subscript"),
-    (r"\mathrm{sum#3}", "unescaped '#'"),
-    (r"a $ b", "unescaped '\\$'"),
-    ("∂z", "non-ASCII"),
-    (r"g reshaped", "'reshaped' would be set as italic"),
-    (r"x^", "ends inside"),
-])
-def test_mdcheck_rejects_broken_latex(latex: str, complaint: str) -> None:
-    with pytest.raises(AssertionError, match=complaint):
-        assert_latex_well_formed(latex)
-
-
-@pytest.mark.parametrize("latex", [
-    r"\frac{\partial z}{\partial t}",
-    r"\left(\frac{\partial z}{\partial \mathrm{weight}}\right)^{\top}",
-    r"\operatorname{reshape}\left(\frac{\partial z}{\partial t}\right)",
-    r"\frac{\partial z}{\partial t}\Big\vert _{\mathrm{via}\ y}",
-    r"\sum_{2\ \mathrm{calls}} \frac{\partial y}{\partial x}",
-    r"{y^{(2)}}^{\top}",
-    r"x_{1}^{2}",
-    r"\mathrm{z{:}mul} \text{ é}",
-])
-def test_mdcheck_accepts_good_latex(latex: str) -> None:
-    assert_latex_well_formed(latex)
