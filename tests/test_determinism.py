@@ -17,7 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import REPO, SPECS
+from tests.helpers.cli import REPO, SPECS
 
 SPEC_FILES = sorted(path.name for path in SPECS.glob("*.yaml"))
 

@@ -2,9 +2,10 @@
 and `walk` end with exit 0, 1 or 2, a short one-line error at most, never a traceback, never an
 `internal error`, and never a hang.
 
-The files come from tests/fuzzspecs.py (the valid specs mutated as data or as bytes). Each one goes
-through the real entry point, `gradexplain.cli.main`, in this process, with stdout encoded as
-strict UTF-8 the way a terminal's is, and under an alarm that turns a hang into a failure.
+The files come from tests/helpers/fuzzspecs.py (the valid specs mutated as data or as bytes).
+Each one goes through the real entry point, `gradexplain.cli.main`, in this process, with stdout
+encoded as strict UTF-8 the way a terminal's is, and under an alarm that turns a hang into a
+failure.
 
 - `validate` exits 0 or 2; on 2 its stderr is exactly one line, `error: FILE...`, short and free
   of control characters.
@@ -37,7 +38,7 @@ from hypothesis import HealthCheck, Phase, event, given, note, settings
 from hypothesis import strategies as st
 
 from gradexplain.cli import main
-from tests.fuzzspecs import (
+from tests.helpers.fuzzspecs import (
     GENTLE_MUTATORS,
     TREE_MUTATORS,
     SpecFile,
@@ -261,12 +262,12 @@ def unexplained_failures(path: Path) -> list[str]:
     """Run the spec again through the library and list its failed checks, leaving out calls torch
     refused that the spec did not expect (a second backward without retain_graph: the checker
     leaves those to torch, and the walk shows them as failed runs, on purpose)."""
-    from gradexplain.capture.pipeline import capture
-    from gradexplain.language import load_spec_text, read_spec_text
+    from gradexplain.language import read_spec_text
+    from tests.helpers.capture import capture_text
 
     text = read_spec_text(path)
     with time_limit(WALK_SECONDS, "the library's walk"):
-        session = capture(load_spec_text(text, str(path)), str(path), text)
+        session = capture_text(text, str(path))
     found: list[str] = []
     for failure in session.walk.failures():
         if failure.claim.startswith(("a call torch refused", "torch raised:")):

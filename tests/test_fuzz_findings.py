@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import SPECS, run_cli
-from tests.messages import raised_by
+from tests.helpers.cli import SPECS, run_cli
+from tests.helpers.messages import raised_by
 
 HEAD = "inputs: {x: {value: 1.0, requires_grad: true}}\n"
 TAIL = "forward: ['y = x * 2']\nbackward: y\n"

@@ -18,15 +18,15 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO, SPECS
+from tests.helpers.cli import REPO, SPECS
 
 SPEC_COUNT = len(list(SPECS.glob("*.yaml")))
 
 # The golden files (a report and a diff per spec) and the byte-identical outputs across
 # processes with different hash seeds and thread counts.
 TESTS = [
-    "tests/test_report.py::test_report_matches_its_golden_file",
-    "tests/test_report.py::test_diff_matches_its_golden_file",
+    "tests/render/test_report.py::test_report_matches_its_golden_file",
+    "tests/render/test_report.py::test_diff_matches_its_golden_file",
     "tests/test_determinism.py::test_every_output_is_byte_identical_across_processes",
 ]
 EXPECTED_PASSED = 2 * SPEC_COUNT + 1

@@ -1,5 +1,5 @@
-"""Printed numbers compared as another CPU can change them (tests/printed.py): its last digit
-passes, any real change fails."""
+"""Printed numbers compared as another CPU can change them (tests/helpers/printed.py): its last
+digit passes, any real change fails."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from tests.conftest import GOLDEN
-from tests.printed import (
+from tests.helpers.cli import GOLDEN
+from tests.helpers.printed import (
     NOISE_FLOOR,
     RELATIVE,
     assert_printed,

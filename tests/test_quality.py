@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from tests.conftest import REPO
+from tests.helpers.cli import REPO
 
 
 def run_tool(*command: str) -> subprocess.CompletedProcess[str]:

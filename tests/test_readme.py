@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from tests.conftest import REPO, run_cli
-from tests.printed import same_printout
+from tests.helpers.cli import REPO, run_cli
+from tests.helpers.printed import same_printout
 
 README = (REPO / "README.md").read_text(encoding="utf-8")
 

@@ -23,7 +23,7 @@ from gradexplain.api import explain
 from gradexplain.capture import pipeline as derive
 from gradexplain.cli import main
 from gradexplain.errors import ModelRunError, UsageError
-from tests.conftest import REPO
+from tests.helpers.cli import REPO
 
 PROBE_FILE = '''
 import torch

@@ -290,16 +290,3 @@ def _index_item(item: IndexItem) -> Any:
         return Ellipsis
     return item
 
-
-def run_forward(built: Built) -> tuple[Any, dict[str, Any]]:
-    """Run the model once; return its output and every named value (first value of each name)."""
-    values: dict[str, Any] = {}
-
-    def record(name: str, value: Any) -> None:
-        values.setdefault(name, value)
-
-    with observe(record):
-        output = built.model(*built.inputs)
-    for name, tensor in built.model.named_parameters():
-        values.setdefault(name, tensor)
-    return output, values

@@ -66,11 +66,6 @@ def _collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-def walk(spec: ModelSpec, spec_path: str) -> Walk:
-    """Run the spec's two passes and everything walk shows about them."""
-    return _walk(spec, spec_path, None, _silent)[0]
-
-
 def _silent(stage: str) -> None:
     pass
 

@@ -25,9 +25,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from gradexplain.capture.build import Built, build, make_tensor, observe
+from gradexplain.capture.build import Built, make_tensor, observe
 from gradexplain.errors import ExpectationError, Location
-from gradexplain.language.model import GradOutputs, ModelSpec
+from gradexplain.language.model import GradOutputs
 from gradexplain.records.names import HOOK_WRAPPER, canonical_name, op_name
 from gradexplain.records.trace import (
     VALUE_LIMIT,
@@ -48,11 +48,6 @@ from gradexplain.records.trace import (
 )
 
 Node = Any  # torch.autograd.graph.Node: C++ node classes without a usable static type
-
-
-def trace_both(spec: ModelSpec) -> tuple[PassTrace, PassTrace]:
-    """The legacy pass and the full pass, each on its own fresh build of `spec`."""
-    return trace(build(spec), "legacy"), trace(build(spec), "full")
 
 
 def trace(built: Built, mode: Mode) -> PassTrace:
@@ -490,4 +485,4 @@ def _accumulate_grad_node(leaf: torch.Tensor) -> Node | None:
     return node.next_functions[0][0]
 
 
-__all__ = ["tensor_value", "trace", "trace_both", "value_limit"]
+__all__ = ["tensor_value", "trace", "value_limit"]

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Literal
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
-    from gradexplain.records.diff import HookDiff
     from gradexplain.analysis.order import FiringOrder
+    from gradexplain.records.diff import HookDiff
     from gradexplain.records.walk import Walk
 
 OutputFormat = Literal["text", "json", "markdown"]

@@ -1,0 +1,1 @@
+"""Shared code of the tests: plain-PyTorch oracles, checkers, spec generators, runners."""

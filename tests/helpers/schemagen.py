@@ -1,0 +1,413 @@
+"""Builds the JSON Schemas shipped in gradexplain/schemas/: a development tool, not part of the
+package (users read the files; nothing at run time builds them).
+
+A document has two kinds of parts. The contract parts of `gradexplain.walk/1` and
+`gradexplain.diff/1` (DESIGN section 5) are dicts that gradexplain/render/json_walk.py and
+json_diff.py build by hand, so their schema is written by hand here, key by key. Everything
+else (walk's `runs`, `lessons` and `firing_order`, and the whole `gradexplain.session/2`) is
+`codec.to_data` of frozen dataclasses, so its schema is derived from the dataclasses' type
+hints, case by case as `codec.from_data` decodes them. tests/schemas/test_schemas.py checks
+the shipped files equal `render(...)` of what is built here; `python -m pytest --update-golden`
+rewrites them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import types
+import typing
+from typing import Any, Union
+
+from gradexplain.analysis.order import FiringOrder
+from gradexplain.records.diff import FindingKind
+from gradexplain.records.session import SCHEMA as SESSION_SCHEMA
+from gradexplain.records.session import Session
+from gradexplain.records.trace import HookKind, Mode, Phase
+from gradexplain.records.walk import Layout, Lessons, RunStep
+from gradexplain.render.json_diff import SCHEMA as DIFF_SCHEMA
+from gradexplain.render.json_walk import SCHEMA as WALK_SCHEMA
+
+Schema = dict[str, Any]
+
+DRAFT = "https://json-schema.org/draft/2020-12/schema"
+
+
+def file_name(schema_id: str) -> str:
+    """`gradexplain.walk/1` -> `walk-1.schema.json`."""
+    kind, version = schema_id.removeprefix("gradexplain.").split("/")
+    return f"{kind}-{version}.schema.json"
+
+
+def schemas() -> dict[str, Schema]:
+    """Every shipped schema, by file name."""
+    return {file_name(WALK_SCHEMA): walk_schema(), file_name(DIFF_SCHEMA): diff_schema(),
+            file_name(SESSION_SCHEMA): session_schema()}
+
+
+def render(schema: Schema) -> str:
+    """The file's text: keys in the order built here (field order, $defs sorted by name), and
+    one key a line, so a change to a dataclass is a readable diff."""
+    return json.dumps(schema, ensure_ascii=False, indent=1) + "\n"
+
+
+# --- dataclasses, as codec.to_data writes them and codec.from_data reads them ---------------
+
+
+class Derived:
+    """Schemas of dataclass types, collected as `$defs` (one per dataclass, by module-qualified
+    name) so a type used in many places is described once.
+
+    `closed`: a dataclass object takes no keys beyond its fields. from_data refuses unknown
+    keys, so the session (which only from_data reads) is closed; the walk's extra parts are
+    open, since walk JSON promises that new keys may be added.
+    """
+
+    def __init__(self, closed: bool) -> None:
+        self.closed = closed
+        self.defs: dict[str, Schema] = {}
+        self.owners: dict[str, type] = {}
+
+    def of(self, kind: Any) -> Schema:
+        """The schema of values `from_data(kind, ...)` accepts; mirrors codec._decode.
+
+        One difference JSON Schema cannot express: "integer" also takes 1.0, which from_data
+        refuses for an int (to_data never writes one)."""
+        if kind is Any:
+            return {}
+        if isinstance(kind, type) and dataclasses.is_dataclass(kind):
+            return self._dataclass(kind)
+        origin = typing.get_origin(kind)
+        args = typing.get_args(kind)
+        if origin in (Union, types.UnionType):
+            return self._union(args)
+        if origin is typing.Literal:
+            return {"enum": list(args)}
+        if origin in (tuple, list, frozenset):
+            if origin is tuple and not (len(args) == 2 and args[1] is Ellipsis):
+                if not args:
+                    raise TypeError(f"{kind!r}: an empty fixed tuple is not supported")
+                return {"type": "array", "prefixItems": [self.of(arg) for arg in args],
+                        "items": False, "minItems": len(args), "maxItems": len(args)}
+            if not args:
+                raise TypeError(f"{kind!r}: give the item type")
+            # A frozenset is written sorted, but from_data takes any list (duplicates too).
+            return {"type": "array", "items": self.of(args[0])}
+        if origin is dict:
+            return {"type": "object", "additionalProperties": self.of(args[1])}
+        scalars: dict[Any, Schema] = {
+            float: {"$ref": "#/$defs/float"},
+            int: {"type": "integer"},
+            bool: {"type": "boolean"},
+            str: {"type": "string"},
+        }
+        if kind in scalars:
+            if kind is float:
+                self.defs["float"] = FLOAT
+            return dict(scalars[kind])
+        raise TypeError(f"cannot derive a schema for {kind!r}")
+
+    def _dataclass(self, kind: type) -> Schema:
+        # Named by the class alone, so that moving a module does not change a shipped schema.
+        name = kind.__qualname__
+        ref = {"$ref": f"#/$defs/{name}"}
+        if self.owners.setdefault(name, kind) is not kind:
+            raise TypeError(f"two record types are named {name}: rename one")
+        if name in self.defs:
+            return ref
+        self.defs[name] = {}  # a placeholder first: a type may refer to itself
+        hints = typing.get_type_hints(kind)
+        fields = dataclasses.fields(kind)
+        schema: Schema = {
+            "description": f"codec.to_data of {name}",
+            "type": "object",
+            "properties": {field.name: self.of(hints[field.name]) for field in fields},
+            "required": [field.name for field in fields
+                         if field.default is dataclasses.MISSING
+                         and field.default_factory is dataclasses.MISSING],
+        }
+        if self.closed:
+            schema["additionalProperties"] = False
+        self.defs[name] = schema
+        return ref
+
+    def _union(self, args: tuple[Any, ...]) -> Schema:
+        nullable = type(None) in args
+        members = [arg for arg in args if arg is not type(None)]
+        if float in members and any(typing.get_origin(arg) is list for arg in members):
+            # codec._union's special case: a tensor's values (trace_data.Nested)
+            self.defs["Nested"] = NESTED
+            options: list[Schema] = [{"$ref": "#/$defs/Nested"}]
+        else:
+            options = [self.of(arg) for arg in members]
+        if nullable:
+            options.append({"type": "null"})
+        if len(options) == 1:
+            return options[0]
+        if all(option.keys() == {"type"} and isinstance(option["type"], str)
+               for option in options):
+            return {"type": [option["type"] for option in options]}  # str | None: one line
+        return {"anyOf": options}
+
+    def sorted_defs(self) -> dict[str, Schema]:
+        return dict(sorted(self.defs.items()))
+
+
+# Plain schemas, not an anyOf of number and enum: a large session holds hundreds of thousands
+# of numbers, and every extra branch is one more step per number for a validator (pattern
+# applies to strings only, so it leaves numbers alone).
+NON_FINITE_PATTERN = "^(inf|-inf|nan)$"
+FLOAT: Schema = {
+    "description": "A float. JSON has no infinity or NaN: codec.to_data writes them as the "
+                   "strings \"inf\", \"-inf\" and \"nan\".",
+    "type": ["number", "string"],
+    "pattern": NON_FINITE_PATTERN,
+}
+NESTED: Schema = {
+    "description": "A tensor's values (trace_data.Nested): a number or boolean for a 0-d "
+                   "tensor, else nested lists of them, one level per dimension; non-finite "
+                   "values are the strings \"inf\", \"-inf\" and \"nan\".",
+    "type": ["number", "boolean", "string", "array"],
+    "pattern": NON_FINITE_PATTERN,
+    "items": {"$ref": "#/$defs/Nested"},
+}
+
+
+# --- the contract parts, as render/json_walk.py and json_diff.py build them ------------------
+
+
+def _nullable(ref: str) -> Schema:
+    return {"anyOf": [{"$ref": f"#/$defs/{ref}"}, {"type": "null"}]}
+
+
+def _enum(literal: Any) -> list[str]:
+    return list(typing.get_args(literal))
+
+
+def contract_defs() -> dict[str, Schema]:
+    """One labelled hook argument (walk's `args[]`, and each side of a diff row) and what it
+    is made of: json_walk.arg_json and the helpers it calls."""
+    return {
+        "argument": {
+            "description": "One argument of one hook call: `value`, or for a tensor recorded as "
+                           "a summary (over the value limit) `summary` instead.",
+            "type": "object",
+            "properties": {
+                "name": {"type": "string",
+                         "description": "The hook's own argument name with its index: "
+                                        "grad_input[1], grad_output[0], input[0], output, "
+                                        "grad, tensor."},
+                "shape": {"type": ["array", "null"], "items": {"type": "integer", "minimum": 0},
+                          "description": "The tensor's shape; null where the argument is None."},
+                "value": {"$ref": "#/$defs/values"},
+                "summary": {"$ref": "#/$defs/summary"},
+                "meaning": _nullable("meaning"),
+                "check": _nullable("check"),
+            },
+            "required": ["name", "shape", "meaning", "check"],
+            "anyOf": [{"required": ["value"]}, {"required": ["summary"]}],
+        },
+        "values": {
+            "description": "Full-precision numbers as nested lists, one level per dimension (a "
+                           "number for a 0-d tensor); booleans for a bool tensor. As a whole: "
+                           "null where the argument is None; inside the lists: null for a "
+                           "non-finite value (inf, -inf, nan).",
+            "type": ["number", "boolean", "null", "array"],
+            "items": {"$ref": "#/$defs/values"},
+        },
+        "summary": {
+            "description": "A large tensor, recorded as four figures when a hook saw it; null "
+                           "for a non-finite figure.",
+            "type": "object",
+            "properties": {key: {"type": ["number", "null"]}
+                           for key in ("min", "max", "mean", "norm")},
+            "required": ["min", "max", "mean", "norm"],
+        },
+        "meaning": {
+            "description": "Which derivative the argument is: d`of`/d`wrt`, in `layout`.",
+            "type": "object",
+            "properties": {
+                "of": {"type": "string", "description": "The differentiated tensor."},
+                "wrt": {"type": "string",
+                        "description": "The canonical tensor name: the top-level name if the "
+                                       "tensor has one, else the module-qualified name."},
+                "aliases": {"type": "array", "items": {"type": "string"},
+                            "description": "The tensor's other names."},
+                "layout": {"enum": _enum(Layout)},
+                "text": {"type": "string", "description": "The label, e.g. ∂z/∂t."},
+                "latex": {"type": "string"},
+                "modified": {"const": True,
+                             "description": "Present only where an intervention changed the "
+                                            "value."},
+            },
+            "required": ["of", "wrt", "aliases", "layout", "text", "latex"],
+        },
+        "check": {
+            "description": "The label computed again in a hook-free run and compared.",
+            "type": "object",
+            "properties": {
+                "verified": {"type": "boolean"},
+                "max_abs_err": {"type": ["number", "null"],
+                                "description": "null when not finite (a failed check)."},
+            },
+            "required": ["verified", "max_abs_err"],
+        },
+    }
+
+
+def walk_schema() -> Schema:
+    derived = Derived(closed=False)
+    extra = {
+        "runs": {"type": "array", "items": derived.of(RunStep),
+                 "description": "Beyond the contract: every backward and autograd.grad call in "
+                                "order, with each leaf's .grad before, added and after, and "
+                                "torch's error explained."},
+        "lessons": dict(derived.of(Lessons),
+                        description="Beyond the contract: the vector-Jacobian-product, "
+                                    "intervention and capture lessons the spec asks for."),
+        "firing_order": {"type": "array", "items": derived.of(FiringOrder),
+                         "description": "Beyond the contract, only with --order: each shown "
+                                        "pass's first call, every hook call numbered with the "
+                                        "rule that puts it there."},
+    }
+    contract = {
+        "pass": {
+            "description": "One pass: legacy (register_backward_hook) or full "
+                           "(register_full_backward_pre_hook and register_full_backward_hook).",
+            "type": "object",
+            "properties": {
+                "mode": {"enum": _enum(Mode)},
+                "events": {"type": "array", "items": {"$ref": "#/$defs/event"}},
+                "grads": {"type": "object", "additionalProperties": {"$ref": "#/$defs/values"},
+                          "description": "The final .grad of every leaf after the pass, by "
+                                         "canonical name (null: no .grad)."},
+            },
+            "required": ["mode", "events", "grads"],
+        },
+        "event": {
+            "description": "One hook call.",
+            "type": "object",
+            "properties": {
+                "seq": {"type": "integer", "minimum": 0},
+                "phase": {"enum": _enum(Phase)},
+                "hook": {"enum": _enum(HookKind)},
+                "target": {"type": "string",
+                           "description": "Module hooks: the module path (\"\" is the "
+                                          "top-level model); tensor hooks: the tensor's name; "
+                                          "node hooks: the node's id in the pass's graph."},
+                "node": {"type": ["string", "null"],
+                         "description": "The autograd node involved, where there is one."},
+                "args": {"type": "array", "items": {"$ref": "#/$defs/argument"}},
+            },
+            "required": ["seq", "phase", "hook", "target", "node", "args"],
+        },
+        **contract_defs(),
+    }
+    derived_defs = derived.sorted_defs()
+    assert not set(contract) & set(derived_defs), "a $defs name used twice"
+    return {
+        "$schema": DRAFT,
+        "title": WALK_SCHEMA,
+        "description": "gradexplain walk SPEC --format json. The contract keys (required here) "
+                       "do not change; new keys may be added, so every object allows more.",
+        "type": "object",
+        "properties": {
+            "schema": {"const": WALK_SCHEMA},
+            "torch": {"type": "string", "description": "torch.__version__ of the run."},
+            "spec": {"type": "string", "description": "The spec or model walked."},
+            "passes": {"type": "array", "items": {"$ref": "#/$defs/pass"}},
+            **extra,
+        },
+        "required": ["schema", "torch", "spec", "passes"],
+        "$defs": {**contract, **derived_defs},
+    }
+
+
+def diff_schema() -> Schema:
+    row = {
+        "description": "One argument name in both passes; a side is null when its hook has no "
+                       "such argument or did not fire.",
+        "type": "object",
+        "properties": {
+            "name": {"type": "string"},
+            "same": {"type": "boolean"},
+            "legacy": _nullable("argument"),
+            "full": _nullable("argument"),
+            "note": {"type": "string", "description": "Why the two differ (\"\" when the same)."},
+        },
+        "required": ["name", "same", "legacy", "full", "note"],
+    }
+    call = {
+        "description": "One forward call of the module in one backward run.",
+        "type": "object",
+        "properties": {
+            "run": {"type": "integer"},
+            "call": {"type": "integer", "description": "1 for the module's first call, 2 for "
+                                                       "its second..."},
+            "legacy_seq": {"type": ["integer", "null"]},
+            "full_seq": {"type": ["integer", "null"]},
+            "rows": {"type": "array", "items": {"$ref": "#/$defs/row"}},
+        },
+        "required": ["run", "call", "legacy_seq", "full_seq", "rows"],
+    }
+    module = {
+        "description": "One module's legacy and full backward hook calls side by side.",
+        "type": "object",
+        "properties": {
+            "module": {"type": "string", "description": "Its path (\"\" is the top-level "
+                                                        "model)."},
+            "arguments": {"type": "array", "items": {"type": ["string", "null"]},
+                          "description": "Canonical names of its forward's arguments (null: "
+                                         "not a named tensor)."},
+            "legacy_node": {"type": ["string", "null"],
+                            "description": "The node the legacy hook sits on."},
+            "first_output": {"type": ["string", "null"]},
+            "step": {"type": ["string", "null"],
+                     "description": "The forward step that made the first output."},
+            "calls": {"type": "array", "items": {"$ref": "#/$defs/call"}},
+            "findings": {"type": "array", "items": {
+                "type": "object",
+                "properties": {"kind": {"enum": _enum(FindingKind)}, "text": {"type": "string"}},
+                "required": ["kind", "text"],
+            }},
+            "verdict": {"type": "string"},
+        },
+        "required": ["module", "arguments", "legacy_node", "first_output", "step", "calls",
+                     "findings", "verdict"],
+    }
+    return {
+        "$schema": DRAFT,
+        "title": DIFF_SCHEMA,
+        "description": "gradexplain diff SPEC --format json: legacy vs full backward hooks, "
+                       "module by module. Each side of a row is an argument exactly as walk "
+                       "JSON writes it. New keys may be added, so every object allows more.",
+        "type": "object",
+        "properties": {
+            "schema": {"const": DIFF_SCHEMA},
+            "torch": {"type": "string"},
+            "spec": {"type": "string"},
+            "modules": {"type": "array", "items": {"$ref": "#/$defs/module"}},
+        },
+        "required": ["schema", "torch", "spec", "modules"],
+        "$defs": {"module": module, "call": call, "row": row, **contract_defs()},
+    }
+
+
+def session_schema() -> Schema:
+    derived = Derived(closed=True)
+    session = derived.of(Session)
+    return {
+        "$schema": DRAFT,
+        "title": SESSION_SCHEMA,
+        "description": "gradexplain walk SPEC --save FILE: one captured run, read back by "
+                       "--load. Objects inside `session` take exactly the keys listed, as "
+                       "--load does.",
+        "type": "object",
+        "properties": {
+            "schema": {"const": SESSION_SCHEMA},
+            "gradexplain": {"type": "string", "description": "The version that saved it."},
+            "session": session,
+        },
+        "required": ["schema", "gradexplain", "session"],
+        "$defs": derived.sorted_defs(),
+    }

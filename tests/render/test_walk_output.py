@@ -1,0 +1,57 @@
+"""What walk's renderers are handed: the filters (render/select.py), the JSON contract keys
+(render/json_walk.py) and the one number format (render/fmt.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gradexplain.language import load_spec
+from gradexplain.records.walk import Walk
+from gradexplain.render.fmt import fmt
+from gradexplain.render.json_walk import walk_json
+from gradexplain.render.select import select
+from tests.helpers.capture import walk
+from tests.helpers.cli import SPECS
+
+TWO_MODULES = SPECS / "two_modules.yaml"
+
+
+@pytest.fixture(scope="module")
+def two_modules() -> Walk:
+    return walk(load_spec(TWO_MODULES), "specs/two_modules.yaml")
+
+
+def test_select_keeps_what_the_filters_ask(two_modules: Walk) -> None:
+    only = select(two_modules, ["full"], "module2", ["full_backward"])
+    (full,) = only.passes
+    assert full.mode == "full"
+    assert {event.target for event in full.events} == {"module2", "module2.l",
+                                                        "module2.activation"}
+    assert {event.hook for event in full.events} == {"full_backward"}
+    tensors = select(two_modules, ["legacy"], "module2", ["tensor"])
+    assert {event.target for event in tensors.passes[0].events} == {"module2.t",
+                                                                    "module2.l.weight"}
+
+
+def test_json_has_the_contract_keys(two_modules: Walk) -> None:
+    data = walk_json(two_modules)
+    # The contract's keys first, then what walk adds beyond them.
+    assert list(data) == ["schema", "torch", "spec", "passes", "runs", "lessons"]
+    assert data["schema"] == "gradexplain.walk/1"
+    for walk_pass in data["passes"]:
+        assert list(walk_pass) == ["mode", "events", "grads"]
+        for event in walk_pass["events"]:
+            assert list(event) == ["seq", "phase", "hook", "target", "node", "args"]
+            for arg in event["args"]:
+                assert list(arg) == ["name", "shape", "value", "meaning", "check"]
+                if arg["meaning"] is not None:
+                    assert list(arg["meaning"]) == ["of", "wrt", "aliases", "layout", "text",
+                                                    "latex"]
+    json.dumps(data, allow_nan=False)
+
+
+def test_fmt_is_one_format() -> None:
+    assert [fmt(0.187463641166687), fmt(-0.041204508394002914), fmt(6.0), fmt(-0.0)] == [
+        "0.18746", "-0.041205", "6", "0"]
