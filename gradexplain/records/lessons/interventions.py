@@ -13,8 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from gradexplain.language.model import ActionKind
-from gradexplain.language.model import HookKind as InterventionHook
+from gradexplain.language.model import ActionKind, InterventionHook
 from gradexplain.records.trace import TensorValue
 
 # "tensor": a named tensor's gradient, seen by a tensor hook; "leaf": a leaf's final `.grad`
