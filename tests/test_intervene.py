@@ -28,9 +28,9 @@ from gradexplain.errors import ExpectationError, SpecSchemaError
 from gradexplain.language import load_spec, load_spec_text
 from gradexplain.records.codec import from_data, to_data
 from gradexplain.records.lessons.interventions import GradChange, InterventionLesson
+from gradexplain.records.numbers import fmt_value
 from gradexplain.records.trace import TensorValue
 from gradexplain.render.console import plain_text
-from gradexplain.render.fmt import fmt_value
 from gradexplain.render.lessons.interventions import intervention_markdown, intervention_text
 from tests.conftest import SPECS
 from tests.mdcheck import assert_markdown_well_formed, tables

@@ -16,9 +16,9 @@ import pytest
 import torch
 
 from gradexplain.capture.rules import RULES, local_derivatives
+from gradexplain.records.numbers import fmt, fmt_nested
 from gradexplain.records.trace import Nested
 from gradexplain.records.walk import Check, Walk
-from gradexplain.render.fmt import fmt, fmt_nested
 from gradexplain.render.latex import PROSE, formula_latex, tensor_latex
 from gradexplain.render.markdown import code, escape, math, table
 from gradexplain.render.markdown_walk import (

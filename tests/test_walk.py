@@ -17,9 +17,9 @@ from gradexplain.capture.pipeline import walk
 from gradexplain.capture.replay import Replay
 from gradexplain.capture.trace import trace_both
 from gradexplain.language import load_spec
+from gradexplain.records.numbers import fmt
 from gradexplain.records.trace import TensorValue
 from gradexplain.records.walk import Walk
-from gradexplain.render.fmt import fmt
 from gradexplain.render.json_walk import walk_json
 from gradexplain.render.select import select
 from tests.articles import MyModule, MyModule2

@@ -11,8 +11,8 @@ from gradexplain.analysis.diff import (
     call_headings,
     module_title,
 )
+from gradexplain.records.numbers import shape_label
 from gradexplain.records.walk import LabelledArg
-from gradexplain.render.fmt import shape_label
 from gradexplain.render.markdown import blocks, bold, bullets, code, escape, heading, math, table
 from gradexplain.render.markdown_walk import value_cell
 from gradexplain.render.marks import check_cell

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from gradexplain.capture.label import whole_names
 from gradexplain.records.graph import ACCUMULATE
+from gradexplain.records.numbers import fmt, fmt_shape, fmt_value
 from gradexplain.records.session import Session
 from gradexplain.records.trace import TensorValue, canonical_name
 from gradexplain.records.walk import (
@@ -25,7 +26,6 @@ from gradexplain.records.walk import (
     Term,
     Walk,
 )
-from gradexplain.render.fmt import fmt, fmt_shape, fmt_value
 from gradexplain.render.latex import formula_latex, tensor_latex
 from gradexplain.render.lessons import lessons_markdown
 from gradexplain.render.markdown import (

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from rich.text import Text
 
+from gradexplain.records.numbers import fmt
 from gradexplain.records.walk import Check
-from gradexplain.render.fmt import fmt
 from gradexplain.render.markdown import bold
 
 

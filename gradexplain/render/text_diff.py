@@ -16,8 +16,8 @@ from gradexplain.analysis.diff import (
     call_headings,
     module_title,
 )
+from gradexplain.records.numbers import fmt_value, shape_label
 from gradexplain.records.walk import LabelledArg
-from gradexplain.render.fmt import fmt_value, shape_label
 from gradexplain.render.marks import check_mark
 
 

@@ -48,7 +48,7 @@ from gradexplain.records.lessons.interventions import (
     InterventionLesson,
     Replacement,
 )
-from gradexplain.render.fmt import fmt, fmt_shape, fmt_value
+from gradexplain.records.numbers import fmt, fmt_shape, fmt_value
 
 Node = Any  # torch.autograd.graph.Node: C++ node classes without a usable static type
 Grads = tuple[torch.Tensor | None, ...]
