@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from gradexplain.capture.build import build
-from gradexplain.capture.lessons import interventions as intervene
+from gradexplain.capture.lessons import intervention_runs
 from gradexplain.capture.lessons.interventions import intervention_lessons
 from gradexplain.errors import ExpectationError, SpecSchemaError
 from gradexplain.language import load_spec, load_spec_text
@@ -304,13 +304,13 @@ interventions:
 
 def test_the_check_catches_a_hook_that_returns_other_than_it_records(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    honest = intervene._InterventionHook.replaced
+    honest = intervention_runs.ReplacingHook.replaced
 
-    def lying(self: intervene._InterventionHook, grads: Grads, call: int) -> Grads:
+    def lying(self: intervention_runs.ReplacingHook, grads: Grads, call: int) -> Grads:
         recorded = honest(self, grads, call)
         return tuple(None if grad is None else grad * 3 for grad in recorded)
 
-    monkeypatch.setattr(intervene._InterventionHook, "replaced", lying)
+    monkeypatch.setattr(intervention_runs.ReplacingHook, "replaced", lying)
     (lesson,) = intervention_lessons(load_spec(SPECS / "intervene_legacy.yaml"))
     assert lesson.verified is False
     assert {row.name for row in lesson.failed_checks} == {"x", "module.p", "module2.l.weight"}
