@@ -24,16 +24,12 @@ import torch
 from torch import nn
 
 from gradexplain.capture.build import build
+from gradexplain.capture.checks import SEPARATE_BUILDS
 from gradexplain.capture.trace import tensor_value
 from gradexplain.language.expr import BinOp, Call, Expr, Index, Neg, Transpose
 from gradexplain.language.model import Capture, ModelSpec
 from gradexplain.records.lessons.captures import CaptureLesson, ForwardCall, StoredEntry
 from gradexplain.records.trace import TensorValue
-
-# The same tolerance as the walk's checks: the hooked and the hook-free run are separate builds,
-# identical bit for bit, but a tolerance keeps the check honest if a kernel ever reorders sums.
-ABSOLUTE_TOLERANCE = 1e-5
-RELATIVE_TOLERANCE = 1e-4
 
 Outputs = tuple[torch.Tensor, ...]
 
@@ -183,8 +179,9 @@ def check_entry(stored: Sequence[torch.Tensor], expected: Sequence[torch.Tensor]
         got_, want_ = got.detach().double(), want.detach().double()
         difference = float((got_ - want_).abs().max())
         error = max(error, difference)
-        verified = verified and difference <= (ABSOLUTE_TOLERANCE
-                                               + RELATIVE_TOLERANCE * float(want_.abs().max()))
+        scale = float(want_.abs().max())
+        verified = verified and difference <= (SEPARATE_BUILDS.absolute
+                                               + SEPARATE_BUILDS.relative * scale)
     return verified, error
 
 
@@ -239,5 +236,5 @@ def _value(tensor: torch.Tensor) -> TensorValue:
     return value
 
 
-__all__ = ["ABSOLUTE_TOLERANCE", "RELATIVE_TOLERANCE", "capture_lesson", "capture_lessons",
-           "check_entry", "hook_free_outputs", "output_names"]
+__all__ = ["capture_lesson", "capture_lessons", "check_entry", "hook_free_outputs",
+           "output_names"]

@@ -24,7 +24,7 @@ from torch import nn
 from torch.autograd.graph import GradientEdge
 
 from gradexplain.capture.build import build, observe
-from gradexplain.capture.checks import agreement
+from gradexplain.capture.checks import SEPARATE_BUILDS, agreement
 from gradexplain.capture.lessons.intervention_runs import (
     Goal,
     ReplacingHook,
@@ -41,10 +41,6 @@ from gradexplain.records.numbers import fmt, fmt_shape
 # Where a replaced gradient goes, in the hook-free build: a tensor, an autograd edge, or nowhere.
 Position = torch.Tensor | GradientEdge | None
 
-# The same tolerance as the walk's checks: separate builds are identical bit for bit, but a
-# tolerance keeps the check honest if a kernel ever reorders a sum.
-ABSOLUTE_TOLERANCE = 1e-5
-RELATIVE_TOLERANCE = 1e-4
 # "Changed" means beyond float rounding: a full hook adds identity nodes, which may reorder sums.
 CHANGE_ABSOLUTE = 1e-8
 CHANGE_RELATIVE = 1e-5
@@ -423,10 +419,8 @@ def _check(before: torch.Tensor | None, after: torch.Tensor | None,
         expected = before + product
     if expected is None or after is None:
         return (expected is None) == (after is None), 0.0 if expected is after else math.inf
-    if expected.shape != after.shape:
-        return False, math.inf
     terms = [term for term in (before, product) if term is not None]
-    return agreement(after, expected, RELATIVE_TOLERANCE, ABSOLUTE_TOLERANCE, *terms)
+    return agreement(after, expected, SEPARATE_BUILDS, *terms)
 
 
 def _short(name: str) -> str:
