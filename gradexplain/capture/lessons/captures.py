@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from gradexplain.capture.build import build
-from gradexplain.capture.checks import SEPARATE_BUILDS
+from gradexplain.capture.checks import SEPARATE_BUILDS, agreement
 from gradexplain.capture.trace import tensor_value
 from gradexplain.language.expr import BinOp, Call, Expr, Index, Neg, Transpose
 from gradexplain.language.model import Capture, ModelSpec
@@ -163,26 +163,16 @@ def _calls(expr: Expr) -> list[Call]:
 
 def check_entry(stored: Sequence[torch.Tensor], expected: Sequence[torch.Tensor]
                 ) -> tuple[bool, float]:
-    """Whether a stored output equals the hook-free one (allclose), and the max abs error.
+    """Whether a stored output equals the hook-free one (`agreement`), and the largest error.
 
     A different number of tensors or a different shape is a failure with error inf.
     """
     if len(stored) != len(expected):
         return False, math.inf
-    error = 0.0
-    verified = True
-    for got, want in zip(stored, expected, strict=True):
-        if tuple(got.shape) != tuple(want.shape):
-            return False, math.inf
-        if got.numel() == 0:
-            continue
-        got_, want_ = got.detach().double(), want.detach().double()
-        difference = float((got_ - want_).abs().max())
-        error = max(error, difference)
-        scale = float(want_.abs().max())
-        verified = verified and difference <= (SEPARATE_BUILDS.absolute
-                                               + SEPARATE_BUILDS.relative * scale)
-    return verified, error
+    verdicts = [agreement(got, want, SEPARATE_BUILDS)
+                for got, want in zip(stored, expected, strict=True)]
+    return (all(verified for verified, _ in verdicts),
+            max((error for _, error in verdicts), default=0.0))
 
 
 def _run_hooked(spec: ModelSpec, capture: Capture,
