@@ -37,6 +37,18 @@ RECOMPUTED = Tolerance(relative=1e-4, absolute=1e-30)
 # The capture and intervention checks: the hooked and the hook-free run are separate builds,
 # identical bit for bit, but a tolerance keeps the check honest if a kernel ever reorders a sum.
 SEPARATE_BUILDS = Tolerance(relative=1e-4, absolute=1e-5)
+# The vector-Jacobian identities (`identity_tolerance`): their two sides are computed in different
+# orders (jacrev's batched rows against autograd's single pass), so they differ by the rounding of
+# the dtype they are computed in, relative to the larger magnitude involved; a side near 0 summed
+# from terms near 1 keeps the terms' rounding, hence an absolute part of the same size.
+IDENTITY_RELATIVE = {torch.float64: 1e-10, torch.float32: 1e-5}
+LOW_PRECISION_RELATIVE = 1e-2  # float16, bfloat16
+
+
+def identity_tolerance(*dtypes: torch.dtype) -> Tolerance:
+    """The identities' tolerance for sides of these dtypes: that of the least precise one."""
+    relative = max(IDENTITY_RELATIVE.get(dtype, LOW_PRECISION_RELATIVE) for dtype in dtypes)
+    return Tolerance(relative=relative, absolute=relative)
 
 
 def agreement(got: torch.Tensor, expected: torch.Tensor, tolerance: Tolerance,
