@@ -228,6 +228,15 @@ def test_check_entry_treats_inf_and_nan_as_values() -> None:
     assert check_entry((finite,), (held,)) == (False, math.inf)
 
 
+def test_check_entry_holds_tiny_activations_to_their_own_scale() -> None:
+    # Activations of 1e-7: a copy twice too large is wrong however small, as torch says.
+    tiny = torch.tensor([[1e-7, -2e-7], [3e-7, 5e-8]])
+    assert not torch.allclose(tiny * 2, tiny)
+    verified, error = check_entry((tiny * 2,), (tiny,))
+    assert not verified and error == pytest.approx(3e-7, rel=1e-4)
+    assert check_entry((tiny.clone(),), (tiny,)) == (True, 0.0)
+
+
 def test_the_lesson_fails_when_the_reference_differs(cam_spec: ModelSpec,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     real = capture_module.hook_free_outputs

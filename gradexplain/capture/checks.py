@@ -28,15 +28,15 @@ class Tolerance:
     absolute: float
 
 
-# The label checks: a recorded value against the hook-free run's. float32 arithmetic in another
-# order may differ in the last bits: a check allows that much relative to the tensor's largest
-# value. No absolute allowance: in a deep model gradients can be 1e-17 throughout, and a fixed one
-# would let any two tiny tensors match, so a wrong label there would pass. The floor only lets
+# Every check of a value against the same value computed again: a label against the hook-free
+# run, a captured activation against a hook-free build's, a gradient with an intervention against
+# the one without plus the vector-Jacobian product of the change. float32 arithmetic in another
+# order may differ in the last bits (separate builds are identical bit for bit, but a kernel may
+# reorder a sum): a check allows that much relative to the tensor's largest value. No absolute
+# allowance: in a deep model gradients and activations can be 1e-17 throughout, and a fixed one
+# would let any two tiny tensors match, so a wrong value there would pass. The floor only lets
 # exact zeros equal each other.
 RECOMPUTED = Tolerance(relative=1e-4, absolute=1e-30)
-# The capture and intervention checks: the hooked and the hook-free run are separate builds,
-# identical bit for bit, but a tolerance keeps the check honest if a kernel ever reorders a sum.
-SEPARATE_BUILDS = Tolerance(relative=1e-4, absolute=1e-5)
 # The vector-Jacobian identities (`identity_tolerance`): their two sides are computed in different
 # orders (jacrev's batched rows against autograd's single pass), so they differ by the rounding of
 # the dtype they are computed in, relative to the larger magnitude involved; a side near 0 summed

@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from gradexplain.capture.build import build
-from gradexplain.capture.checks import SEPARATE_BUILDS, agreement
+from gradexplain.capture.checks import RECOMPUTED, agreement
 from gradexplain.capture.trace import tensor_value
 from gradexplain.language.expr import BinOp, Call, Expr, Index, Neg, Transpose
 from gradexplain.language.model import Capture, ModelSpec
@@ -169,7 +169,7 @@ def check_entry(stored: Sequence[torch.Tensor], expected: Sequence[torch.Tensor]
     """
     if len(stored) != len(expected):
         return False, math.inf
-    verdicts = [agreement(got, want, SEPARATE_BUILDS)
+    verdicts = [agreement(got, want, RECOMPUTED)
                 for got, want in zip(stored, expected, strict=True)]
     return (all(verified for verified, _ in verdicts),
             max((error for _, error in verdicts), default=0.0))

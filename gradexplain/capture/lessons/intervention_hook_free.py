@@ -24,7 +24,7 @@ from torch import nn
 from torch.autograd.graph import GradientEdge
 
 from gradexplain.capture.build import build, observe
-from gradexplain.capture.checks import SEPARATE_BUILDS, agreement
+from gradexplain.capture.checks import RECOMPUTED, agreement
 from gradexplain.capture.lessons.intervention_runs import (
     Goal,
     ReplacingHook,
@@ -420,7 +420,7 @@ def _check(before: torch.Tensor | None, after: torch.Tensor | None,
     if expected is None or after is None:
         return (expected is None) == (after is None), 0.0 if expected is after else math.inf
     terms = [term for term in (before, product) if term is not None]
-    return agreement(after, expected, SEPARATE_BUILDS, *terms)
+    return agreement(after, expected, RECOMPUTED, *terms)
 
 
 def _short(name: str) -> str:
