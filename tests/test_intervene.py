@@ -318,6 +318,40 @@ def test_the_check_catches_a_hook_that_returns_other_than_it_records(
     assert "✗ FAILED" in plain_text(intervention_text((lesson,)))
 
 
+# Gradients of 1e-9: doubling them is a change however small they are.
+TINY_GRADIENTS = """
+name: tiny_gradients
+seed: 0
+inputs:
+  x: {value: [1.0, 2.0], requires_grad: true}
+forward:
+  - "y = x * 0.000000001"
+  - "s = sum(y)"
+backward: s
+interventions:
+  - {hook: tensor, on: y, action: scale, factor: 2}
+"""
+
+
+def test_a_change_to_tiny_gradients_is_a_change() -> None:
+    def x_grad(factor: float) -> torch.Tensor:
+        x = torch.tensor([1.0, 2.0], requires_grad=True)
+        y = x * 0.000000001
+        y.register_hook(lambda grad: grad * factor)
+        y.sum().backward()
+        assert x.grad is not None
+        return x.grad
+
+    without, with_ = x_grad(1.0), x_grad(2.0)
+    assert not torch.allclose(with_, without, rtol=1e-4, atol=0.0)
+    (lesson,) = intervention_lessons(load_spec_text(TINY_GRADIENTS))
+    row = change(lesson, "x")
+    for recorded, torch_grad in ((row.without, without), (row.with_, with_)):
+        assert torch.allclose(as_tensor(recorded), torch_grad.double(), rtol=1e-6, atol=0.0)
+    assert row.changed and row.verified
+    assert "Changed: x.grad" in lesson.rule and "Unchanged" not in lesson.rule
+
+
 # --- replacements torch refuses --------------------------------------------------------------
 
 

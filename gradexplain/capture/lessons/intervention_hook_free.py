@@ -41,9 +41,6 @@ from gradexplain.records.numbers import fmt, fmt_shape
 # Where a replaced gradient goes, in the hook-free build: a tensor, an autograd edge, or nowhere.
 Position = torch.Tensor | GradientEdge | None
 
-# "Changed" means beyond float rounding: a full hook adds identity nodes, which may reorder sums.
-CHANGE_ABSOLUTE = 1e-8
-CHANGE_RELATIVE = 1e-5
 
 HOOK_CALLS = {
     "backward": "register_backward_hook",
@@ -400,12 +397,11 @@ class HookFree:
 
 
 def _changed(before: torch.Tensor | None, after: torch.Tensor | None) -> bool:
+    """Whether the hook changed a gradient: more than rounding, so by as much as a check would
+    fail on (a full hook adds identity nodes, which may reorder sums)."""
     if before is None or after is None:
         return (before is None) != (after is None)
-    if before.shape != after.shape:
-        return True
-    return not torch.allclose(after.double(), before.double(), rtol=CHANGE_RELATIVE,
-                              atol=CHANGE_ABSOLUTE, equal_nan=True)
+    return not agreement(after, before, RECOMPUTED)[0]
 
 
 def _check(before: torch.Tensor | None, after: torch.Tensor | None,
