@@ -1,14 +1,17 @@
-"""How a value gradexplain recorded is compared with the one it must equal.
+"""How a value gradexplain computed is compared with the one it must equal: the one comparison
+(`agreement`) and every check's tolerance, each with its reason, written down here once.
 
-One rule for the label checks and the intervention checks, so that neither fails where
-the other passes: entries that are inf or nan on either side must agree exactly (log(0) is -inf,
-0 * inf is nan: values like any other), and the finite rest must agree within
-`absolute + relative * the largest finite |expected|`.
+One rule for every check (labels, captures, interventions, the vector-Jacobian identities), so
+that none fails where another passes: tensors of different shapes never agree; entries that are
+inf or nan on either side must agree exactly (log(0) is -inf, 0 * inf is nan: values like any
+other); and the finite rest must agree within `absolute + relative * scale`, the scale being the
+largest finite |expected| (or of the terms `expected` was summed from).
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 
@@ -16,23 +19,50 @@ from gradexplain.capture.trace import tensor_value
 from gradexplain.records.trace import TensorValue
 from gradexplain.records.walk import Check
 
-# float32 arithmetic in another order (a hook-free run) may differ in the last bits: a check
-# allows that much relative to the tensor's largest value. No absolute allowance: in a deep
-# model gradients can be 1e-17 throughout, and a fixed one would let any two tiny tensors
-# match, so a wrong label there would pass. The floor only lets exact zeros equal each other.
-RELATIVE_TOLERANCE = 1e-4
-ABSOLUTE_FLOOR = 1e-30
+
+@dataclass(frozen=True)
+class Tolerance:
+    """How far a value may be from the one it must equal: `absolute + relative * scale`."""
+
+    relative: float
+    absolute: float
 
 
-def agreement(got: torch.Tensor, expected: torch.Tensor, relative: float,
-              absolute: float, *terms: torch.Tensor) -> tuple[bool, float]:
-    """Whether two same-shaped tensors agree, and the largest difference of their finite parts
-    (inf where a non-finite entry differs).
+# Every check of a value against the same value computed again: a label against the hook-free
+# run, a captured activation against a hook-free build's, a gradient with an intervention against
+# the one without plus the vector-Jacobian product of the change. float32 arithmetic in another
+# order may differ in the last bits (separate builds are identical bit for bit, but a kernel may
+# reorder a sum): a check allows that much relative to the tensor's largest value. No absolute
+# allowance: in a deep model gradients and activations can be 1e-17 throughout, and a fixed one
+# would let any two tiny tensors match, so a wrong value there would pass. The floor only lets
+# exact zeros equal each other.
+RECOMPUTED = Tolerance(relative=1e-4, absolute=1e-30)
+# The vector-Jacobian identities (`identity_tolerance`): their two sides are computed in different
+# orders (jacrev's batched rows against autograd's single pass), so they differ by the rounding of
+# the dtype they are computed in, relative to the larger magnitude involved; a side near 0 summed
+# from terms near 1 keeps the terms' rounding, hence an absolute part of the same size.
+IDENTITY_RELATIVE = {torch.float64: 1e-10, torch.float32: 1e-5}
+LOW_PRECISION_RELATIVE = 1e-2  # float16, bfloat16
+
+
+def identity_tolerance(*dtypes: torch.dtype) -> Tolerance:
+    """The identities' tolerance for sides of these dtypes: that of the least precise one."""
+    relative = max(IDENTITY_RELATIVE.get(dtype, LOW_PRECISION_RELATIVE) for dtype in dtypes)
+    return Tolerance(relative=relative, absolute=relative)
+
+
+def agreement(got: torch.Tensor, expected: torch.Tensor, tolerance: Tolerance,
+              *terms: torch.Tensor) -> tuple[bool, float]:
+    """Whether two tensors agree within `tolerance`, and the largest difference of their finite
+    parts (inf where the shapes or a non-finite entry differ).
 
     `terms` are the tensors `expected` was summed from, if it was: their rounding is of their
     size, not of the sum's (1e30 - 1e30 + 0.5 in float32 keeps nothing of the 0.5), so the
     tolerance is relative to the largest of them too."""
+    if tuple(got.shape) != tuple(expected.shape):
+        return False, math.inf
     got, expected = got.detach().double(), expected.detach().double()
+    relative, absolute = tolerance.relative, tolerance.absolute
     if got.numel() == 0:
         return True, 0.0
     # The common case first, as cheaply as one subtraction: a capture makes thousands of checks.
@@ -73,5 +103,5 @@ def check(value: TensorValue | None, expected: torch.Tensor) -> Check:
                                  reference.norm()])
     else:
         got = torch.tensor(value.value, dtype=torch.float64)
-    verified, error = agreement(got, reference, RELATIVE_TOLERANCE, ABSOLUTE_FLOOR)
+    verified, error = agreement(got, reference, RECOMPUTED)
     return Check(verified, error, expected_value)

@@ -147,7 +147,7 @@ class GradCall:
     expect_error: str | None = None
 
 
-HookKind = Literal["backward", "full_backward", "full_backward_pre", "tensor"]
+InterventionHook = Literal["backward", "full_backward", "full_backward_pre", "tensor"]
 ActionKind = Literal["normalize", "scale", "zero", "clip", "wrong_length", "wrong_shape"]
 
 
@@ -159,7 +159,7 @@ class Intervention:
     `expect_error` is then part of that message.
     """
 
-    hook: HookKind
+    hook: InterventionHook
     target: str
     action: ActionKind
     factor: float | None

@@ -4,10 +4,10 @@ calls as a table, the reasons as bullets, the verdict in bold. Returns a string.
 from __future__ import annotations
 
 from gradexplain.records.diff import ArgRow, CallDiff, HookDiff, ModuleDiff
+from gradexplain.records.numbers import shape_label
 from gradexplain.records.paths import module_title
 from gradexplain.records.walk import LabelledArg
 from gradexplain.render.diff_headings import call_headings
-from gradexplain.render.fmt import shape_label
 from gradexplain.render.markdown import blocks, bold, bullets, code, escape, heading, math, table
 from gradexplain.render.marks import check_cell, value_cell
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from gradexplain.records.names import ACCUMULATE, canonical_name, whole_names
+from gradexplain.records.numbers import fmt, fmt_shape
 from gradexplain.records.session import Session
 from gradexplain.records.walk import (
     Check,
@@ -23,7 +24,6 @@ from gradexplain.records.walk import (
     Term,
     Walk,
 )
-from gradexplain.render.fmt import fmt, fmt_shape
 from gradexplain.render.latex import formula_latex, tensor_latex
 from gradexplain.render.lessons import lessons_markdown
 from gradexplain.render.markdown import (

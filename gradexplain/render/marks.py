@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from rich.text import Text
 
+from gradexplain.records.numbers import fmt, fmt_value
 from gradexplain.records.trace import TensorValue
 from gradexplain.records.walk import Check
-from gradexplain.render.fmt import fmt, fmt_value
 from gradexplain.render.markdown import bold, code
 
 

@@ -9,10 +9,10 @@ from rich.table import Table
 from rich.text import Text
 
 from gradexplain.records.diff import ArgRow, CallDiff, HookDiff, ModuleDiff
+from gradexplain.records.numbers import fmt_value, shape_label
 from gradexplain.records.paths import module_title
 from gradexplain.records.walk import LabelledArg
 from gradexplain.render.diff_headings import call_headings
-from gradexplain.render.fmt import fmt_value, shape_label
 from gradexplain.render.marks import check_mark
 
 

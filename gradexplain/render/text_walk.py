@@ -18,6 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gradexplain.records.names import short_name, whole_names
+from gradexplain.records.numbers import fmt, fmt_value
 from gradexplain.records.trace import TensorValue
 from gradexplain.records.walk import (
     Check,
@@ -28,7 +29,6 @@ from gradexplain.records.walk import (
     Walk,
 )
 from gradexplain.render.collapse import Folded, Shown, folded_blocks, plan_folds, shape_key
-from gradexplain.render.fmt import fmt, fmt_value
 from gradexplain.render.lessons import lessons_text
 from gradexplain.render.marks import check_mark
 

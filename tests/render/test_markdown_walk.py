@@ -14,9 +14,9 @@ from typing import cast
 import pytest
 import torch
 
+from gradexplain.records.numbers import fmt, fmt_nested
 from gradexplain.records.trace import Nested
 from gradexplain.records.walk import Check, Walk
-from gradexplain.render.fmt import fmt, fmt_nested
 from gradexplain.render.markdown import code, escape, math
 from gradexplain.render.markdown_walk import (
     TIMELINE_HEADERS,

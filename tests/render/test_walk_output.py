@@ -1,5 +1,5 @@
 """What walk's renderers are handed: the filters (render/select.py), the JSON contract keys
-(render/json_walk.py) and the one number format (render/fmt.py)."""
+(render/json_walk.py) and the one number format (records/numbers.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import json
 import pytest
 
 from gradexplain.language import load_spec
+from gradexplain.records.numbers import fmt
 from gradexplain.records.walk import Walk
-from gradexplain.render.fmt import fmt
 from gradexplain.render.json_walk import walk_json
 from gradexplain.render.select import select
 from tests.helpers.capture import walk

@@ -24,16 +24,12 @@ import torch
 from torch import nn
 
 from gradexplain.capture.build import build
+from gradexplain.capture.checks import RECOMPUTED, agreement
 from gradexplain.capture.trace import tensor_value
 from gradexplain.language.expr import BinOp, Call, Expr, Index, Neg, Transpose
 from gradexplain.language.model import Capture, ModelSpec
 from gradexplain.records.lessons.captures import CaptureLesson, ForwardCall, StoredEntry
 from gradexplain.records.trace import TensorValue
-
-# The same tolerance as the walk's checks: the hooked and the hook-free run are separate builds,
-# identical bit for bit, but a tolerance keeps the check honest if a kernel ever reorders sums.
-ABSOLUTE_TOLERANCE = 1e-5
-RELATIVE_TOLERANCE = 1e-4
 
 Outputs = tuple[torch.Tensor, ...]
 
@@ -167,25 +163,16 @@ def _calls(expr: Expr) -> list[Call]:
 
 def check_entry(stored: Sequence[torch.Tensor], expected: Sequence[torch.Tensor]
                 ) -> tuple[bool, float]:
-    """Whether a stored output equals the hook-free one (allclose), and the max abs error.
+    """Whether a stored output equals the hook-free one (`agreement`), and the largest error.
 
     A different number of tensors or a different shape is a failure with error inf.
     """
     if len(stored) != len(expected):
         return False, math.inf
-    error = 0.0
-    verified = True
-    for got, want in zip(stored, expected, strict=True):
-        if tuple(got.shape) != tuple(want.shape):
-            return False, math.inf
-        if got.numel() == 0:
-            continue
-        got_, want_ = got.detach().double(), want.detach().double()
-        difference = float((got_ - want_).abs().max())
-        error = max(error, difference)
-        verified = verified and difference <= (ABSOLUTE_TOLERANCE
-                                               + RELATIVE_TOLERANCE * float(want_.abs().max()))
-    return verified, error
+    verdicts = [agreement(got, want, RECOMPUTED)
+                for got, want in zip(stored, expected, strict=True)]
+    return (all(verified for verified, _ in verdicts),
+            max((error for _, error in verdicts), default=0.0))
 
 
 def _run_hooked(spec: ModelSpec, capture: Capture,
@@ -239,5 +226,5 @@ def _value(tensor: torch.Tensor) -> TensorValue:
     return value
 
 
-__all__ = ["ABSOLUTE_TOLERANCE", "RELATIVE_TOLERANCE", "capture_lesson", "capture_lessons",
-           "check_entry", "hook_free_outputs", "output_names"]
+__all__ = ["capture_lesson", "capture_lessons", "check_entry", "hook_free_outputs",
+           "output_names"]

@@ -15,7 +15,6 @@ one-hot seed as one row of every sample's block. It never prints.
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +22,7 @@ from typing import Any
 import torch
 
 from gradexplain.capture.build import Built, build, make_tensor, observe
+from gradexplain.capture.checks import agreement, identity_tolerance
 from gradexplain.capture.trace import grad_outputs, tensor_value
 from gradexplain.errors import SpecRunError
 from gradexplain.language.model import BackwardSpec, GradCall, GradOutputs, ModelSpec
@@ -57,11 +57,6 @@ CHUNK_ROWS = 4096
 # comes as the spec's own SpecRunError.
 _TRANSFORM_FAILURES = (RuntimeError, NotImplementedError, SpecRunError)
 
-# Identities hold up to rounding: the two sides are computed in different orders (jacrev's
-# batched rows against autograd's single pass). Relative to the larger magnitude involved.
-_RELATIVE_TOLERANCE = {torch.float64: 1e-10, torch.float32: 1e-5}
-_LOW_PRECISION_TOLERANCE = 1e-2
-
 
 def vjp_lessons(spec: ModelSpec, inputs_first: bool = False) -> tuple[VjpLesson, ...]:
     """One lesson per (seeded backward or grad call, tensor it differentiates with respect to),
@@ -79,19 +74,11 @@ def vjp_lessons(spec: ModelSpec, inputs_first: bool = False) -> tuple[VjpLesson,
 
 
 def check_identity(text: str, got: torch.Tensor, expected: torch.Tensor) -> Identity:
-    """`got` and `expected` equal up to rounding (see _RELATIVE_TOLERANCE), with the largest
-    absolute difference; tensors of different shapes never verify."""
-    if tuple(got.shape) != tuple(expected.shape):
-        return Identity(text, False, math.inf)
-    left = got.detach().double()
-    right = expected.detach().double()
-    if left.numel() == 0:
-        return Identity(text, True, 0.0)
-    error = float((left - right).abs().max())
-    scale = max(1.0, float(left.abs().max()), float(right.abs().max()))
-    relative = max(_RELATIVE_TOLERANCE.get(got.dtype, _LOW_PRECISION_TOLERANCE),
-                   _RELATIVE_TOLERANCE.get(expected.dtype, _LOW_PRECISION_TOLERANCE))
-    return Identity(text, error <= relative * scale, error)
+    """`got` and `expected` equal up to their dtypes' rounding (`agreement` within
+    `identity_tolerance`), with the largest absolute difference; tensors of different shapes
+    never verify."""
+    verified, error = agreement(got, expected, identity_tolerance(got.dtype, expected.dtype))
+    return Identity(text, verified, error)
 
 
 # --- the calls, as torch runs them -------------------------------------------------------------

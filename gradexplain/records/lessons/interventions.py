@@ -15,8 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
 
-from gradexplain.language.model import ActionKind
-from gradexplain.language.model import HookKind as InterventionHook
+from gradexplain.language.model import ActionKind, InterventionHook
 from gradexplain.records.check import Check, Failure
 from gradexplain.records.trace import TensorValue
 

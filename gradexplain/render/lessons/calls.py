@@ -12,8 +12,8 @@ from rich.text import Text
 
 from gradexplain.errors import first_line_of
 from gradexplain.records.lessons.torch_errors import ErrorExplanation
+from gradexplain.records.numbers import fmt_value
 from gradexplain.records.walk import LeafGrad, RunStep, Walk
-from gradexplain.render.fmt import fmt_value
 from gradexplain.render.markdown import blocks, bold, bullets, code, escape, heading, table
 from gradexplain.render.marks import check_cell, check_mark
 

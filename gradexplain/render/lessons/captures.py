@@ -18,7 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gradexplain.records.lessons.captures import CaptureLesson, ForwardCall, StoredEntry
-from gradexplain.render.fmt import fmt, fmt_value
+from gradexplain.records.numbers import fmt, fmt_value
 from gradexplain.render.markdown import blocks, bold, bullets, code, escape, heading, table
 
 TITLE = "Forward-hook captures"

@@ -19,7 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gradexplain.records.lessons.interventions import GradChange, InterventionLesson
-from gradexplain.render.fmt import fmt, fmt_value
+from gradexplain.records.numbers import fmt, fmt_value
 from gradexplain.render.markdown import blocks, bold, bullets, code, escape, heading, table
 
 TITLE = "Interventions: hooks that return a replacement gradient"

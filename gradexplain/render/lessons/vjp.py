@@ -18,8 +18,8 @@ from rich.padding import Padding
 from rich.text import Text
 
 from gradexplain.records.lessons.vjp import Identity, JacobianMethod, VjpLesson
+from gradexplain.records.numbers import TEXT_ELEMENTS, fmt, fmt_shape, fmt_value
 from gradexplain.records.trace import Nested, TensorValue
-from gradexplain.render.fmt import TEXT_ELEMENTS, fmt, fmt_shape, fmt_value
 from gradexplain.render.latex import tensor_latex
 from gradexplain.render.markdown import (
     blocks,

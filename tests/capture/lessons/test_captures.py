@@ -184,6 +184,59 @@ def test_check_entry_catches_a_wrong_value() -> None:
     assert check_entry((good, good), (good,)) == (False, math.inf)
 
 
+# log(0) = -inf: an activation may hold inf, and a stored copy of it is still the activation.
+LOG_OF_ZERO = """
+name: capture_inf
+seed: 0
+inputs:
+  x: {value: [0.0, 1.0, 2.0], requires_grad: true}
+modules:
+  block:
+    forward:
+      args: [u]
+      steps:
+        - "y = log(u)"
+forward:
+  - "a = block(x)"
+  - "s = sum(a)"
+backward: s
+captures:
+  feats: {module: block}
+"""
+
+
+def test_a_stored_activation_holding_inf_verifies() -> None:
+    (lesson,) = capture_lessons(load_spec_text(LOG_OF_ZERO))
+    oracle = torch.log(torch.tensor([0.0, 1.0, 2.0]))
+    (entry,) = lesson.stored
+    stored = tensor_of(entry.values[0])
+    # torch says the stored copy is the activation: -inf where log(0), the rest within rounding.
+    assert torch.allclose(stored, oracle.double())
+    assert entry.verified and lesson.verified
+    assert entry.max_abs_err == 0.0
+
+
+def test_check_entry_treats_inf_and_nan_as_values() -> None:
+    held = torch.tensor([-math.inf, 0.0, math.nan, 2.0])
+    assert torch.allclose(held.clone(), held, equal_nan=True)
+    assert check_entry((held.clone(),), (held,)) == (True, 0.0)
+    flipped = torch.tensor([math.inf, 0.0, math.nan, 2.0])
+    assert not torch.allclose(flipped, held, equal_nan=True)
+    assert check_entry((flipped,), (held,)) == (False, math.inf)
+    finite = torch.tensor([-1e30, 0.0, math.nan, 2.0])
+    assert not torch.allclose(finite, held, equal_nan=True)
+    assert check_entry((finite,), (held,)) == (False, math.inf)
+
+
+def test_check_entry_holds_tiny_activations_to_their_own_scale() -> None:
+    # Activations of 1e-7: a copy twice too large is wrong however small, as torch says.
+    tiny = torch.tensor([[1e-7, -2e-7], [3e-7, 5e-8]])
+    assert not torch.allclose(tiny * 2, tiny)
+    verified, error = check_entry((tiny * 2,), (tiny,))
+    assert not verified and error == pytest.approx(3e-7, rel=1e-4)
+    assert check_entry((tiny.clone(),), (tiny,)) == (True, 0.0)
+
+
 def test_the_lesson_fails_when_the_reference_differs(cam_spec: ModelSpec,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     real = capture_module.hook_free_outputs

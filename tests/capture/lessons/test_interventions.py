@@ -22,15 +22,15 @@ import torch
 from torch import nn
 
 from gradexplain.capture.build import build
-from gradexplain.capture.lessons import interventions as intervene
+from gradexplain.capture.lessons import intervention_runs
 from gradexplain.capture.lessons.interventions import intervention_lessons
 from gradexplain.errors import ExpectationError, SpecSchemaError
 from gradexplain.language import load_spec, load_spec_text
 from gradexplain.records.codec import from_data, to_data
 from gradexplain.records.lessons.interventions import GradChange, InterventionLesson
+from gradexplain.records.numbers import fmt_value
 from gradexplain.records.trace import TensorValue
 from gradexplain.render.console import plain_text
-from gradexplain.render.fmt import fmt_value
 from gradexplain.render.lessons.interventions import intervention_markdown, intervention_text
 from tests.helpers.cli import SPECS
 from tests.helpers.mdcheck import assert_markdown_well_formed, tables
@@ -304,18 +304,52 @@ interventions:
 
 def test_the_check_catches_a_hook_that_returns_other_than_it_records(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    honest = intervene._InterventionHook.replaced
+    honest = intervention_runs.ReplacingHook.replaced
 
-    def lying(self: intervene._InterventionHook, grads: Grads, call: int) -> Grads:
+    def lying(self: intervention_runs.ReplacingHook, grads: Grads, call: int) -> Grads:
         recorded = honest(self, grads, call)
         return tuple(None if grad is None else grad * 3 for grad in recorded)
 
-    monkeypatch.setattr(intervene._InterventionHook, "replaced", lying)
+    monkeypatch.setattr(intervention_runs.ReplacingHook, "replaced", lying)
     (lesson,) = intervention_lessons(load_spec(SPECS / "intervene_legacy.yaml"))
     assert lesson.verified is False
     assert {row.name for row in lesson.failed_checks} == {"x", "module.p", "module2.l.weight"}
     assert lesson.max_abs_err > 1
     assert "✗ FAILED" in plain_text(intervention_text((lesson,)))
+
+
+# Gradients of 1e-9: doubling them is a change however small they are.
+TINY_GRADIENTS = """
+name: tiny_gradients
+seed: 0
+inputs:
+  x: {value: [1.0, 2.0], requires_grad: true}
+forward:
+  - "y = x * 0.000000001"
+  - "s = sum(y)"
+backward: s
+interventions:
+  - {hook: tensor, on: y, action: scale, factor: 2}
+"""
+
+
+def test_a_change_to_tiny_gradients_is_a_change() -> None:
+    def x_grad(factor: float) -> torch.Tensor:
+        x = torch.tensor([1.0, 2.0], requires_grad=True)
+        y = x * 0.000000001
+        y.register_hook(lambda grad: grad * factor)
+        y.sum().backward()
+        assert x.grad is not None
+        return x.grad
+
+    without, with_ = x_grad(1.0), x_grad(2.0)
+    assert not torch.allclose(with_, without, rtol=1e-4, atol=0.0)
+    (lesson,) = intervention_lessons(load_spec_text(TINY_GRADIENTS))
+    row = change(lesson, "x")
+    for recorded, torch_grad in ((row.without, without), (row.with_, with_)):
+        assert torch.allclose(as_tensor(recorded), torch_grad.double(), rtol=1e-6, atol=0.0)
+    assert row.changed and row.verified
+    assert "Changed: x.grad" in lesson.rule and "Unchanged" not in lesson.rule
 
 
 # --- replacements torch refuses --------------------------------------------------------------

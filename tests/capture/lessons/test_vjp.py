@@ -231,6 +231,21 @@ def test_check_identity_rejects_a_wrong_value() -> None:
     assert not check_identity("error", as_float, as_float + 0.01).verified
 
 
+def test_check_identity_treats_inf_and_nan_as_values() -> None:
+    # d/dx √x at 0 is inf and 0 * inf is nan: sides of an identity may hold both, computed
+    # alike; torch calls such tensors equal (allclose with equal_nan), and so must the identity.
+    x = torch.tensor([0.0, 4.0], requires_grad=True)
+    (slope,) = torch.autograd.grad(torch.sqrt(x).sum(), x)
+    sides = torch.stack([slope, slope * torch.tensor([0.0, 1.0])])
+    assert torch.allclose(sides.clone(), sides, equal_nan=True)
+    same = check_identity("alike", sides.clone(), sides)
+    assert same.verified and same.max_abs_err == 0.0
+    finite = sides.nan_to_num()
+    assert not torch.allclose(finite, sides, equal_nan=True)
+    differs = check_identity("one side finite", finite, sides)
+    assert not differs.verified and differs.max_abs_err == float("inf")
+
+
 def test_lessons_survive_the_json_codec() -> None:
     lessons = lessons_of("vector_backward.yaml") + lessons_of("multi_output.yaml")
     data = json.loads(json.dumps(to_data(lessons)))

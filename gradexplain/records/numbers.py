@@ -1,5 +1,7 @@
 """The one number formatter: every number the text output shows goes through `fmt`, so the same
-run always prints the same characters."""
+run always prints the same characters. Torch-free and beside the records, not in render/: a
+lesson's record holds sentences with numbers in them (capture writes those), and the renderers
+show the rest, so both layers format through this module."""
 
 from __future__ import annotations
 
