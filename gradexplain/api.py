@@ -71,10 +71,9 @@ class Explanation:
 
     def report(self) -> str:
         """The markdown page `gradexplain report` writes."""
-        from gradexplain.analysis.order import first_firing_orders
-        from gradexplain.render.report import report_markdown
+        from gradexplain.pages import report_page
 
-        return report_markdown(self.session, self.diff(), first_firing_orders(self.session.traces))
+        return report_page(self.session)
 
     def save(self, path: str | Path) -> None:
         """Save the session, for `gradexplain walk --load FILE` (and diff, report)."""

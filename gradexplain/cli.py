@@ -16,27 +16,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from gradexplain import __version__
-from gradexplain.cli_options import (
-    AllBlocksOption,
-    AllSpecsOption,
-    Format,
-    FormatOption,
-    HookOption,
-    InputOption,
-    InputsOption,
-    LoadOption,
-    LossChoice,
-    LossOption,
-    MaxValuesOption,
-    ModuleOption,
-    OrderOption,
-    OutputOption,
-    PassChoice,
-    PassOption,
-    SaveOption,
-    SpecArgument,
-    ThreadsOption,
-)
+from gradexplain import cli_options as option
 from gradexplain.cli_startup import completion_without_coercion, plain_validate_files
 from gradexplain.errors import GradexplainError, UsageError
 from gradexplain.sessions import NO_OPTIONS, RunOptions, Source, check_module, open_source
@@ -78,9 +58,7 @@ def _version(ctx: typer.Context, value: bool) -> None:
 
 @app.callback()
 def _options(
-    traceback: Annotated[
-        bool, typer.Option("--traceback", help="On an error, show the Python traceback too.")
-    ] = False,
+    traceback: option.TracebackOption = False,
     version: Annotated[
         bool,
         typer.Option("--version", callback=_version, is_eager=True,
@@ -92,10 +70,7 @@ def _options(
 
 @app.command()
 def validate(
-    specs: Annotated[
-        list[Path],
-        typer.Argument(help="One or more spec files (YAML).", show_default=False),
-    ],
+    specs: option.SpecFilesArgument,
 ) -> None:
     """Check spec files without running them (torch is not imported).
 
@@ -117,9 +92,7 @@ def _validate_files(paths: list[Path]) -> int:
         try:
             spec = load_spec(path)
         except GradexplainError as error:
-            if _state["traceback"]:
-                raise
-            typer.echo(f"error: {error.one_line()}", err=True)
+            _say(error)
             failed = True
             continue
         typer.echo(validate_line(spec))
@@ -128,20 +101,20 @@ def _validate_files(paths: list[Path]) -> int:
 
 @app.command()
 def walk(
-    spec: SpecArgument = None,
-    output_format: FormatOption = Format.text,
-    pass_: PassOption = PassChoice.both,
-    module: ModuleOption = None,
-    hook: HookOption = None,
-    save: SaveOption = None,
-    load: LoadOption = None,
-    order: OrderOption = False,
-    all_blocks: AllBlocksOption = False,
-    input_shapes: InputOption = None,
-    inputs_file: InputsOption = None,
-    loss: LossOption = None,
-    max_values: MaxValuesOption = None,
-    threads: ThreadsOption = None,
+    spec: option.SpecArgument = None,
+    output_format: option.FormatOption = option.Format.text,
+    pass_: option.PassOption = option.PassChoice.both,
+    module: option.ModuleOption = None,
+    hook: option.HookOption = None,
+    save: option.SaveOption = None,
+    load: option.LoadOption = None,
+    order: option.OrderOption = False,
+    all_blocks: option.AllBlocksOption = False,
+    input_shapes: option.InputOption = None,
+    inputs_file: option.InputsOption = None,
+    loss: option.LossOption = None,
+    max_values: option.MaxValuesOption = None,
+    threads: option.ThreadsOption = None,
 ) -> None:
     """Run SPEC with every hook and say which derivative each hook argument is.
 
@@ -158,7 +131,7 @@ def walk(
     from gradexplain.render.outputs import walk_output
     from gradexplain.render.select import select
 
-    session = _session(spec, load, _model_options(input_shapes, inputs_file, loss, max_values,
+    session = _session(spec, load, option.run_options(input_shapes, inputs_file, loss, max_values,
                                                   threads))
     if save is not None:
         from gradexplain.records.session import save_session
@@ -177,15 +150,15 @@ def walk(
 
 @app.command()
 def diff(
-    spec: SpecArgument = None,
-    output_format: FormatOption = Format.text,
-    module: ModuleOption = None,
-    load: LoadOption = None,
-    input_shapes: InputOption = None,
-    inputs_file: InputsOption = None,
-    loss: LossOption = None,
-    max_values: MaxValuesOption = None,
-    threads: ThreadsOption = None,
+    spec: option.SpecArgument = None,
+    output_format: option.FormatOption = option.Format.text,
+    module: option.ModuleOption = None,
+    load: option.LoadOption = None,
+    input_shapes: option.InputOption = None,
+    inputs_file: option.InputsOption = None,
+    loss: option.LossOption = None,
+    max_values: option.MaxValuesOption = None,
+    threads: option.ThreadsOption = None,
 ) -> None:
     """Legacy vs full backward hooks, module by module, argument by argument.
 
@@ -199,7 +172,7 @@ def diff(
     from gradexplain.render.outputs import diff_output
     from gradexplain.render.select import select_diff
 
-    session = _session(spec, load, _model_options(input_shapes, inputs_file, loss, max_values,
+    session = _session(spec, load, option.run_options(input_shapes, inputs_file, loss, max_values,
                                                   threads))
     check_module(session, module)
     result = select_diff(compare(session), module)
@@ -209,15 +182,15 @@ def diff(
 
 @app.command()
 def report(
-    spec: SpecArgument = None,
-    output: OutputOption = None,
-    load: LoadOption = None,
-    all_specs: AllSpecsOption = None,
-    input_shapes: InputOption = None,
-    inputs_file: InputsOption = None,
-    loss: LossOption = None,
-    max_values: MaxValuesOption = None,
-    threads: ThreadsOption = None,
+    spec: option.SpecArgument = None,
+    output: option.OutputOption = None,
+    load: option.LoadOption = None,
+    all_specs: option.AllSpecsOption = None,
+    input_shapes: option.InputOption = None,
+    inputs_file: option.InputsOption = None,
+    loss: option.LossOption = None,
+    max_values: option.MaxValuesOption = None,
+    threads: option.ThreadsOption = None,
 ) -> None:
     """Write a self-contained markdown report of SPEC, readable on GitHub.
 
@@ -227,9 +200,7 @@ def report(
     The same spec always gives the same bytes. Exit 0, 1 when a label failed its check, 2 for
     bad input.
     """
-    from gradexplain.analysis.diff import compare
-    from gradexplain.analysis.order import first_firing_orders
-    from gradexplain.render.report import report_markdown
+    from gradexplain.pages import report_page
 
     if all_specs is not None:
         if spec is not None or load is not None:
@@ -238,9 +209,9 @@ def report(
             raise UsageError("--all needs -o FOLDER for the reports and their index.md")
         _report_all(all_specs, output)
         return
-    session = _session(spec, load, _model_options(input_shapes, inputs_file, loss, max_values,
+    session = _session(spec, load, option.run_options(input_shapes, inputs_file, loss, max_values,
                                                   threads))
-    text = report_markdown(session, compare(session), first_firing_orders(session.traces))
+    text = report_page(session)
     if output is None:
         typer.echo(text, nl=False)
     else:
@@ -251,15 +222,10 @@ def report(
 
 def _report_all(folder: Path, output: Path) -> None:
     """One report per spec in `folder`, and an index; a bad spec is reported and skipped."""
-    from gradexplain.analysis.diff import compare
-    from gradexplain.analysis.order import first_firing_orders
-    from gradexplain.render.report import ReportEntry, index_markdown, report_markdown
+    from gradexplain.pages import report_page, spec_files
+    from gradexplain.render.report import ReportEntry, index_markdown
 
-    if not folder.is_dir():
-        raise UsageError(f"--all {folder}: not a folder")
-    specs = sorted(folder.glob("*.yaml")) + sorted(folder.glob("*.yml"))
-    if not specs:
-        raise UsageError(f"--all {folder}: no *.yaml specs in it")
+    specs = spec_files(folder)
     try:
         output.mkdir(parents=True, exist_ok=True)
     except OSError as error:
@@ -270,14 +236,11 @@ def _report_all(folder: Path, output: Path) -> None:
         try:
             session = _session(str(path), None)
         except GradexplainError as error:
-            if _state["traceback"]:
-                raise
-            typer.echo(f"error: {error.one_line()}", err=True)
+            _say(error)
             bad = True
             continue
         name = f"{path.stem}.md"
-        _write(output / name, report_markdown(session, compare(session),
-                                              first_firing_orders(session.traces)))
+        _write(output / name, report_page(session))
         entries.append(ReportEntry(name, session.walk))
         failed |= bool(session.walk.failures())
     _write(output / "index.md", index_markdown(entries))
@@ -286,12 +249,6 @@ def _report_all(folder: Path, output: Path) -> None:
         raise typer.Exit(2)
     if failed:
         raise typer.Exit(1)
-
-
-def _model_options(shapes: list[str] | None, inputs_file: Path | None, loss: LossChoice | None,
-                   max_values: int | None, threads: int | None) -> RunOptions:
-    return RunOptions(tuple(shapes or ()), inputs_file, None if loss is None else loss.value,
-                      max_values, threads)
 
 
 def _session(spec: str | None, load: Path | None, options: RunOptions = NO_OPTIONS) -> Session:
@@ -337,6 +294,13 @@ def _write(path: Path, text: str) -> None:
         raise UsageError(f"cannot write {path}: {error.strerror or error}") from error
 
 
+def _say(error: GradexplainError) -> None:
+    """Bad input as one line on stderr; with --traceback the error goes on up instead."""
+    if _state["traceback"]:
+        raise error
+    typer.echo(f"error: {error.one_line()}", err=True)
+
+
 def _print(output: str | RenderableType) -> None:
     """A rendered output on stdout: text as it is, a rich renderable laid out (`_echo_rich`)."""
     if isinstance(output, str):
@@ -366,9 +330,7 @@ def main() -> None:
         with completion_without_coercion():
             app()
     except GradexplainError as error:
-        if _state["traceback"]:
-            raise
-        typer.echo(f"error: {error.one_line()}", err=True)
+        _say(error)
         sys.exit(error.exit_code)
     except KeyboardInterrupt:
         typer.echo("interrupted", err=True)

@@ -11,7 +11,15 @@ from typing import Annotated
 import typer
 
 from gradexplain.records.trace import Mode
+from gradexplain.sessions import RunOptions
 from gradexplain.threads import DEFAULT_THREADS, MAX_THREADS
+
+TracebackOption = Annotated[
+    bool, typer.Option("--traceback", help="On an error, show the Python traceback too.")
+]
+SpecFilesArgument = Annotated[
+    list[Path], typer.Argument(help="One or more spec files (YAML).", show_default=False)
+]
 
 
 class Format(str, Enum):
@@ -140,3 +148,10 @@ AllSpecsOption = Annotated[
                  "an index.md linking them, written to the -o folder.",
                  show_default=False),
 ]
+
+
+def run_options(shapes: list[str] | None, inputs_file: Path | None, loss: LossChoice | None,
+                max_values: int | None, threads: int | None) -> RunOptions:
+    """The run options as parsed, in plain values (None where not given)."""
+    return RunOptions(tuple(shapes or ()), inputs_file, None if loss is None else loss.value,
+                      max_values, threads)

@@ -1,0 +1,35 @@
+"""Whole pages composed from the stages: a session's analyses (analysis/) handed to the
+renderers (render/), for the command line and the Python API alike. No torch here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from gradexplain.errors import UsageError
+
+if TYPE_CHECKING:
+    from gradexplain.records.session import Session
+
+
+def report_page(session: Session) -> str:
+    """The markdown report of a session: its diff and firing orders computed, then rendered."""
+    from gradexplain.analysis.diff import compare
+    from gradexplain.analysis.order import first_firing_orders
+    from gradexplain.render.report import report_markdown
+
+    return report_markdown(session, compare(session), first_firing_orders(session.traces))
+
+
+def spec_files(folder: Path) -> list[Path]:
+    """The specs `report --all FOLDER` reports: its *.yaml, then its *.yml files, by name."""
+    if not folder.is_dir():
+        raise UsageError(f"--all {folder}: not a folder")
+    specs = sorted(folder.glob("*.yaml")) + sorted(folder.glob("*.yml"))
+    if not specs:
+        raise UsageError(f"--all {folder}: no *.yaml specs in it")
+    return specs
+
+
+__all__ = ["report_page", "spec_files"]
