@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from typing import Literal
 
 from gradexplain.records.diff import ArgRow, CallDiff, Finding, HookDiff, ModuleDiff, unique
-from gradexplain.records.names import canonical_name, short_name, whole_names
+from gradexplain.records.names import canonical_name
 from gradexplain.records.paths import module_title
 from gradexplain.records.session import Session
 from gradexplain.records.trace import ModuleCall, PassTrace, TensorRecord
@@ -24,11 +24,6 @@ from gradexplain.records.walk import LabelledArg, LabelledEvent, Meaning, PassWa
 
 def compare(session: Session) -> HookDiff:
     """Every module's legacy and full backward hook calls, aligned and explained."""
-    with whole_names(session.walk.whole_names):
-        return _compare(session)
-
-
-def _compare(session: Session) -> HookDiff:
     walk = session.walk
     legacy_pass = next(item for item in walk.passes if item.mode == "legacy")
     full_pass = next(item for item in walk.passes if item.mode == "full")
@@ -56,6 +51,7 @@ class _Module:
     def __init__(self, session: Session, module: str, legacy: PassTrace,
                  full: PassTrace) -> None:
         self.session = session
+        self.naming = session.walk.naming
         self.module = module
         self.legacy = legacy
         self.full = full
@@ -183,7 +179,7 @@ class _Module:
         meaning = arg.meaning
         if meaning is None:
             return "not labelled"
-        short = short_name(meaning.wrt)
+        short = self.naming.short(meaning.wrt)
         layout = {"as-is": "", "transposed": ", transposed", "reshaped": ", reshaped",
                   "summed": ", before the broadcast sum"}[meaning.layout]
         part = f", only the part via {meaning.partial}" if meaning.partial else ""
@@ -222,7 +218,7 @@ class _Module:
         step = self.own_step(self.step_text(made))
         computes = f" (`{step}`)" if step else ""
         yield Finding("attach", f"legacy sits on {node}, the grad_fn of {module}'s first "
-                      f"output{f' {short_name(made)}' if made else ''}: the last op of its "
+                      f"output{f' {self.naming.short(made)}' if made else ''}: the last op of its "
                       f"forward{computes}; its grad_input follows that op's operands")
         inputs = [arg for arg in event.args if arg.name.startswith("grad_input")]
         seen: set[int] = set()
@@ -248,15 +244,15 @@ class _Module:
                               "not its own")
             if index != position:
                 yield Finding("order", f"legacy {arg.name} is argument {index} "
-                              f"({short_name(meaning.wrt)}): the order follows the operands of "
-                              f"{node}{computes}, not {module}'s arguments")
+                              f"({self.naming.short(meaning.wrt)}): the order follows the "
+                              f"operands of {node}{computes}, not {module}'s arguments")
         for index in range(len(call.arguments or call.inputs)):
             name = self.argument_name(call, index)
             record = self.record(self.legacy, (call.arguments or call.inputs)[index])
             if index in seen or name is None or record is None or not record.requires_grad:
                 continue
             yield Finding("unseen", f"legacy grad_input lacks the gradient of {module}'s "
-                          f"argument {index} ({short_name(name)})")
+                          f"argument {index} ({self.naming.short(name)})")
         outputs = [index for index in call.outputs if index is not None]
         legacy_outputs = [arg for arg in event.args if arg.name.startswith("grad_output")]
         if len(outputs) > len(legacy_outputs):
@@ -276,7 +272,7 @@ class _Module:
 
     def extra_text(self, call: ModuleCall, arg: LabelledArg, meaning: Meaning,
                    node: str) -> str:
-        short = short_name(meaning.wrt)
+        short = self.naming.short(meaning.wrt)
         module = module_title(self.module)
         if self.is_output(call, meaning):
             return (f"legacy {arg.name} is {meaning.text}: the gradient of {module}'s own "
@@ -295,7 +291,7 @@ class _Module:
 
     def tensor_words(self, name: str) -> str:
         """`t`, or `t (module2.t)` when the tensor belongs to another module than this one."""
-        short = short_name(name)
+        short = self.naming.short(name)
         owner = name.rpartition(".")[0] if "." in name and ":" not in name else ""
         return short if owner == self.module or short == name else f"{short} ({name})"
 
@@ -320,7 +316,7 @@ class _Module:
                 elif self.needs_no_grad(call, index):
                     name = self.argument_name(call, index) or f"argument {index}"
                     yield Finding("zeros", f"full {arg.name} is zeros, not None: "
-                                  f"{short_name(name)} does not require grad, but another "
+                                  f"{self.naming.short(name)} does not require grad, but another "
                                   "input does")
             elif arg.value is None:
                 yield Finding("none", f"full {arg.name} is None: output {index} got no "
@@ -349,7 +345,7 @@ class _Module:
                        "so the hook was registered on nothing")
             elif unused_first:
                 why = (f"it sits on {node}, which made the first output "
-                       f"{short_name(made or '?')}; only a later output is used, so {node} "
+                       f"{self.naming.short(made or '?')}; only a later output is used, so {node} "
                        "never ran")
             else:
                 why = f"the node it sits on ({node}) did not run in run {run}"
@@ -416,7 +412,7 @@ class _Module:
             head += f", not {_listed(full)}, {module}'s {inputs}"
             advice.append(f"use register_full_backward_hook for {_listed(full)}")
         for meaning in extras:
-            wanted = f"∂{meaning.of}/∂{short_name(meaning.wrt)}"
+            wanted = f"∂{meaning.of}/∂{self.naming.short(meaning.wrt)}"
             if self.is_leaf(meaning.wrt):
                 advice.append(f"read {meaning.wrt}.grad or use a post-accumulate-grad hook for "
                               f"{wanted}")

@@ -15,13 +15,13 @@ from gradexplain.capture.trace import tensor_value
 from gradexplain.language.expr import BinOp, Name, Number
 from gradexplain.language.model import ModelSpec
 from gradexplain.records.graph import GraphView
-from gradexplain.records.names import ACCUMULATE, canonical_name, short_name
+from gradexplain.records.names import ACCUMULATE, Naming, canonical_name
 from gradexplain.records.trace import PassTrace, TensorValue
 from gradexplain.records.walk import Derivation, DerivationLine, Term
 
 
 def derivations(spec: ModelSpec, trace: PassTrace, view: GraphView,
-                 replay: Replay) -> tuple[Derivation, ...]:
+                 replay: Replay, naming: Naming) -> tuple[Derivation, ...]:
     """The chain rule of each distinct call, node by node from the output back to the leaves."""
     done: dict[int, int] = {}
     derivations = []
@@ -34,7 +34,7 @@ def derivations(spec: ModelSpec, trace: PassTrace, view: GraphView,
             continue
         done[id(values)] = run.index
         traced = _traced(trace, run.index)
-        lines = [_line(view, values, node, traced.get(node), operands) for node in
+        lines = [_line(view, values, node, traced.get(node), operands, naming) for node in
                  _topological(view, set(traced))]
         derivations.append(Derivation(run.index, run.kind, run.of,
                                       None if values.seed is None else tensor_value(values.seed),
@@ -88,19 +88,20 @@ def _written(expr: object) -> str | None:
 
 def _line(view: GraphView, values: RunValues, node: str,
           traced: list[TensorValue | None] | None,
-          operands: dict[str, tuple[str | None, ...]]) -> DerivationLine:
+          operands: dict[str, tuple[str | None, ...]],
+          naming: Naming) -> DerivationLine:
     """One node: `traced` is what the traced pass saw flow out of it (see `_traced`)."""
     rank = view.rank[node]
     name = view.name_of(node)
-    output = _tensor_name(view, (node, 0))
+    output = _tensor_name(view, (node, 0), naming)
     upstream = values.totals.get((rank, 0))
     if name == ACCUMULATE:
         seen = traced[0] if traced else None
         result = None if seen is None or upstream is None else check(seen, upstream)
-        term = Term(output, f"{short_name(output)}.grad += g", tensor_value(upstream), result)
+        term = Term(output, f"{naming.short(output)}.grad += g", tensor_value(upstream), result)
         return DerivationLine(name, output, tensor_value(upstream), (term,), True)
     edges = view.nodes[node].next
-    inputs = [_tensor_name(view, view.resolve(edge)) for edge in edges]
+    inputs = [_tensor_name(view, view.resolve(edge), naming) for edge in edges]
     written = next((operands[item] for item in view.names.get((node, 0), []) if item in operands),
                    ())
     shown = list(inputs)
@@ -108,8 +109,8 @@ def _line(view: GraphView, values: RunValues, node: str,
         replacement = written[index] if index < len(written) else None
         if item == "None" and replacement is not None:
             shown[index] = replacement
-    formulas, has_rule = local_derivatives(name, [_operand(item) for item in shown],
-                                           _operand(output))
+    formulas, has_rule = local_derivatives(name, [_operand(item, naming) for item in shown],
+                                           _operand(output, naming))
     terms = []
     for index, (wrt, formula) in enumerate(zip(inputs, formulas, strict=True)):
         seen = traced[index] if traced is not None and index < len(traced) else None
@@ -136,7 +137,7 @@ def _traced(trace: PassTrace, run: int) -> dict[str, list[TensorValue | None]]:
     return found
 
 
-def _tensor_name(view: GraphView, position: tuple[str, int] | None,
+def _tensor_name(view: GraphView, position: tuple[str, int] | None, naming: Naming,
                  seen: frozenset[tuple[str, int]] = frozenset()) -> str:
     """A tensor's name in the derivation: its own, or what it is a view of (`weightᵀ`).
     `seen`: the positions already asked about on the way here, so that an unnamed tensor
@@ -152,20 +153,20 @@ def _tensor_name(view: GraphView, position: tuple[str, int] | None,
     if kind is not None and node.next and node.next[0][0] is not None:
         below = view.resolve(node.next[0])
         if below not in seen:
-            base = short_name(_tensor_name(view, below, seen))
+            base = naming.short(_tensor_name(view, below, naming, seen))
             return f"{base}ᵀ" if kind == "transpose" else f"{base} ({kind}ed)" \
                 if kind == "expand" else f"{base} (reshaped)"
     users = view.consumers.get(position, [])
     if len(users) == 1 and VIEWS.get(view.name_of(users[0][0])) in ("reshape", "transpose") \
             and (users[0][0], 0) not in seen:
-        above = short_name(_tensor_name(view, (users[0][0], 0), seen))
+        above = naming.short(_tensor_name(view, (users[0][0], 0), naming, seen))
         return f"{above} (reshaped)"
     return view.synthetic_name(position)
 
 
-def _operand(name: str) -> str:
+def _operand(name: str, naming: Naming) -> str:
     """A name as it reads inside a formula: `weightᵀ` becomes `(weightᵀ)`, so `(weightᵀ)ᵀ`."""
-    short = short_name(name)
+    short = naming.short(name)
     return short if re.fullmatch(r"[\w@:#]+", short, re.ASCII) else f"({short})"
 
 

@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass
 
 from gradexplain.records.graph import Edge, GraphView, Position
-from gradexplain.records.names import canonical_name, latex_name, short_name
+from gradexplain.records.names import Naming, canonical_name
 from gradexplain.records.trace import Arg, Event, ModuleCall, PassTrace, Run
 from gradexplain.records.walk import Layout, Meaning
 
@@ -73,14 +73,15 @@ class EventLabels:
     call: int | None = None  # for module backward hooks: the index of the ModuleCall it serves
 
 
-def label_pass(trace: PassTrace) -> tuple[GraphView, list[EventLabels]]:
+def label_pass(trace: PassTrace, naming: Naming) -> tuple[GraphView, list[EventLabels]]:
     """Every event of the pass with a label for each argument."""
-    labeller = _Labeller(trace)
+    labeller = _Labeller(trace, naming)
     return labeller.view, [labeller.event(event) for event in trace.events]
 
 
 class _Labeller:
-    def __init__(self, trace: PassTrace) -> None:
+    def __init__(self, trace: PassTrace, naming: Naming) -> None:
+        self.naming = naming
         self.trace = trace
         self.view = GraphView(trace)
         self.reachable: dict[int, set[str]] = {
@@ -195,7 +196,7 @@ class _Labeller:
             return None
         who = f"{event.target}.forward" if event.target else "the model's forward"
         output = self.view.names.get((event.node_id or "", 0))
-        named = f", which made {short_name(_canonical(output))}" if output else ""
+        named = f", which made {self.naming.short(_canonical(output))}" if output else ""
         return (f"legacy hooks sit on the grad_fn of the module's first output: {event.node}, "
                 f"the last op of {who}{named}; grad_input follows that op's operands")
 
@@ -239,10 +240,11 @@ class _Labeller:
         runs = [earlier.index for earlier in self.trace.summed_runs(run.index)]
         meaning = label.meaning
         if len(runs) > 1:
-            text = f"{short_name(leaf)}.grad = Σ of {len(runs)} backward calls' {meaning.text}"
+            text = (f"{self.naming.short(leaf)}.grad = Σ of {len(runs)} backward calls' "
+                    f"{meaning.text}")
             latex = rf"\sum_{{{len(runs)}\ \mathrm{{calls}}}} {meaning.latex}"
         else:
-            text, latex = f"{short_name(leaf)}.grad = {meaning.text}", meaning.latex
+            text, latex = f"{self.naming.short(leaf)}.grad = {meaning.text}", meaning.latex
         return Label(Meaning(meaning.of, meaning.wrt, meaning.aliases, meaning.layout, text,
                              latex, meaning.partial),
                      Site(run.index, label.site.position, label.site.edges,
@@ -276,14 +278,14 @@ class _Labeller:
         names = self.view.names.get(position, [])
         wrt = _canonical(names) if names else self.view.synthetic_name(position)
         return self.zero_label(run, wrt, names,
-                               f"{run.of} does not depend on {short_name(wrt)}")
+                               f"{run.of} does not depend on {self.naming.short(wrt)}")
 
     def no_gradient(self, run: Run, position: Position) -> Label:
         """Zeros at a position no real edge from the output reaches: only a full hook's
         wrapper, which fills in zeros for what got no gradient, makes torch pass one here."""
         names = self.view.names.get(position, [])
         wrt = _canonical(names) if names else self.view.synthetic_name(position)
-        short = short_name(wrt)
+        short = self.naming.short(wrt)
         return self.zero_label(run, wrt, names, f"{run.of} does not depend on {short}; the "
                                                 "zeros come from a full hook's wrapper")
 
@@ -298,18 +300,17 @@ class _Labeller:
             record = self.view.record(tensors[index] if index < len(tensors) else None)
             names += record.names if record else ()
         wrt = _canonical(names) if names else f"{call.module or 'model'} input {index}"
-        short = short_name(wrt)
+        short = self.naming.short(wrt)
         why = (f"no op in {call.module or 'the model'} uses {short}" if unused
                else f"{short} does not require grad")
         return self.zero_label(run, wrt, names, why)
 
     def zero_label(self, run: Run, wrt: str, names: list[str], why: str) -> Label:
         """`∂of/∂wrt = 0 (why)`, checked against zeros."""
-        short = short_name(wrt)
+        short, latex = self.naming.short(wrt), self.naming.latex
         meaning = Meaning(run.of, wrt, _aliases(names, wrt), "as-is",
                           f"∂{run.of}/∂{short} = 0 ({why})",
-                          rf"\frac{{\partial {latex_name(run.of)}}}{{\partial {latex_name(short)}}}"
-                          " = 0")
+                          rf"\frac{{\partial {latex(run.of)}}}{{\partial {latex(short)}}} = 0")
         return Label(meaning, Site(run.index, None, zeros=True))
 
     def describe(self, run: Run, position: Position, edges: frozenset[Edge] | None) -> Label:
@@ -359,18 +360,19 @@ class _Labeller:
         wrt = _canonical(names) if names else self.view.synthetic_name(position)
         layout: Layout = ("summed" if summed else "reshaped" if reshaped
                           else "transposed" if transposes % 2 else "as-is")
-        short, of = short_name(wrt), run.of
+        short, of = self.naming.short(wrt), run.of
         text = f"∂{of}/∂{short}"
-        latex = rf"\frac{{\partial {latex_name(of)}}}{{\partial {latex_name(short)}}}"
+        latex = rf"\frac{{\partial {self.naming.latex(of)}}}{{\partial {self.naming.latex(short)}}}"
         if run.seed is not None:
             # With a seed v (backward's `gradient`, grad's `grad_outputs`) what flows is the
             # vector-Jacobian product vᵀ·J, not the derivative J itself.
             text, latex = f"vᵀ·{text}", rf"v^{{\top}} {latex}"
         partial = None
         if edges is not None:
-            partial = ", ".join(sorted({short_name(self.output_name(node)) for node, _ in edges}))
+            partial = ", ".join(sorted({self.naming.short(self.output_name(node))
+                                        for node, _ in edges}))
             text += f" (only the part via {partial})"
-            latex += rf"\Big|_{{\mathrm{{via}}\ {latex_name(partial.split(', ')[0])}}}"
+            latex += rf"\Big|_{{\mathrm{{via}}\ {self.naming.latex(partial.split(', ')[0])}}}"
         if layout == "transposed":
             text, latex = f"({text})ᵀ", rf"\left({latex}\right)^{{\top}}"
         elif layout == "reshaped":

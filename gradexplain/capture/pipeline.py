@@ -25,7 +25,7 @@ from gradexplain.capture.replay import Replay
 from gradexplain.capture.trace import trace, value_limit
 from gradexplain.errors import UsageError
 from gradexplain.language.model import ModelSpec
-from gradexplain.records.names import whole_names
+from gradexplain.records.names import Naming
 from gradexplain.records.session import Session, forward_steps
 from gradexplain.records.trace import PYTHON_VALUE_LIMIT, PassTrace
 from gradexplain.records.walk import Walk
@@ -77,14 +77,14 @@ def _walk(spec: ModelSpec, spec_path: str, make: Builder | None,
     legacy = trace(fresh(), "legacy")
     progress(STAGES[1])
     full = trace(fresh(), "full")
-    with whole_names(spec.python is not None):
-        return _label_and_check(spec, spec_path, legacy, full, fresh, progress), (legacy, full)
+    return _label_and_check(spec, spec_path, legacy, full, fresh, progress), (legacy, full)
 
 
 def _label_and_check(spec: ModelSpec, spec_path: str, legacy: PassTrace, full: PassTrace,
                      make: Builder, progress: Progress) -> Walk:
     progress(STAGES[2])
-    labelled = [label_pass(trace) for trace in (legacy, full)]
+    naming = Naming(whole=spec.python is not None)
+    labelled = [label_pass(trace, naming) for trace in (legacy, full)]
     view, _ = labelled[0]
     progress(STAGES[3])
     replay = Replay(spec, legacy, [view.name_of(node) for node in view.order], make)
@@ -94,7 +94,7 @@ def _label_and_check(spec: ModelSpec, spec_path: str, legacy: PassTrace, full: P
         progress(stage)
         passes.append(checked_pass(trace_, pass_view, events, replay))
     progress(STAGES[6])
-    chain_rule = derivations(spec, legacy, view, replay)
+    chain_rule = derivations(spec, legacy, view, replay, naming)
     runs = run_steps(spec, legacy, view, replay)
     progress(STAGES[7])
     return Walk(
@@ -107,7 +107,7 @@ def _label_and_check(spec: ModelSpec, spec_path: str, legacy: PassTrace, full: P
         interventions=len(spec.interventions),
         runs=runs,
         lessons=lessons_for(spec),
-        whole_names=spec.python is not None,
+        whole_names=naming.whole,
     )
 
 

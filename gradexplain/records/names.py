@@ -6,9 +6,7 @@ No torch here.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
+from dataclasses import dataclass
 
 # The node full backward hooks wrap a module's tensor inputs and outputs in (an identity whose
 # backward runs the hooks), and the node that adds a leaf's gradient into its `.grad`.
@@ -36,32 +34,29 @@ def canonical_name(names: list[str] | tuple[str, ...]) -> str | None:
     return names[0] if names else None
 
 
-# A Python model's tensors have no names of their own: `head.weight` and `encoder.0.weight` are
-# told apart only by their paths, so while this is set every name is shown whole.
-_whole_names: ContextVar[bool] = ContextVar("gradexplain_whole_names", default=False)
+@dataclass(frozen=True)
+class Naming:
+    """How a walk shows tensor names. A spec's tensors go by the last part of their path
+    (`module2.t` is t). A Python model's tensors have no names of their own: `head.weight` and
+    `encoder.0.weight` are told apart only by their paths, so there (`whole`) names stay whole.
+    Every stage that shows a name is handed the walk's Naming (`Walk.naming`)."""
+
+    whole: bool = False
+
+    def short(self, name: str) -> str:
+        """What a person calls a tensor in a formula (a `module:op` name is always whole)."""
+        if ":" in name or self.whole:
+            return name
+        return name.rsplit(".", 1)[-1]
+
+    def latex(self, name: str) -> str:
+        """A tensor name as LaTeX (see `latex_of`), shortened first."""
+        return latex_of(self.short(name))
 
 
-@contextmanager
-def whole_names(on: bool) -> Iterator[None]:
-    """Within the block, `short_name` keeps module paths when `on` (a Python model's walk)."""
-    token = _whole_names.set(on)
-    try:
-        yield
-    finally:
-        _whole_names.reset(token)
-
-
-def short_name(name: str) -> str:
-    """What a person calls a tensor in a formula: the last part of its path (`module2.t` -> t);
-    the whole name for a Python model's tensors (see `whole_names`)."""
-    if ":" in name or _whole_names.get():
-        return name
-    return name.rsplit(".", 1)[-1]
-
-
-def latex_name(name: str) -> str:
-    """A tensor name as LaTeX: `x`, `w_{1}`, `\\mathrm{weight}`, `t^{(2)}` for `t@2`."""
-    base, _, use = short_name(name).partition("@")
+def latex_of(short: str) -> str:
+    """A short tensor name as LaTeX: `x`, `w_{1}`, `\\mathrm{weight}`, `t^{(2)}` for `t@2`."""
+    base, _, use = short.partition("@")
     if re.fullmatch(r"[A-Za-z]", base):
         text = base
     elif match := re.fullmatch(r"([A-Za-z])_?(\d+)", base):
@@ -72,5 +67,5 @@ def latex_name(name: str) -> str:
     return f"{text}^{{({use})}}" if use else text
 
 
-__all__ = ["ACCUMULATE", "HOOK_WRAPPER", "canonical_name", "latex_name", "op_name", "op_title",
-           "short_name", "whole_names"]
+__all__ = ["ACCUMULATE", "HOOK_WRAPPER", "Naming", "canonical_name", "latex_of", "op_name",
+           "op_title"]

@@ -14,6 +14,7 @@ from gradexplain.records.lessons.captures import CaptureLesson
 from gradexplain.records.lessons.interventions import InterventionLesson
 from gradexplain.records.lessons.torch_errors import ErrorExplanation
 from gradexplain.records.lessons.vjp import VjpLesson
+from gradexplain.records.names import Naming
 from gradexplain.records.trace import HookKind, Mode, Phase, RunError, TensorValue
 
 Layout = Literal["as-is", "transposed", "reshaped", "summed"]
@@ -189,8 +190,13 @@ class Walk:
     interventions: int
     runs: tuple[RunStep, ...] = ()
     lessons: Lessons = Lessons()
-    # A Python model's walk: tensors are named by whole module paths (label.whole_names).
+    # A Python model's walk: tensors are named by whole module paths (see `naming`).
     whole_names: bool = False
+
+    @property
+    def naming(self) -> Naming:
+        """How this walk shows tensor names."""
+        return Naming(self.whole_names)
 
     def checks(self) -> list[Check]:
         """Every check the walk made: hook arguments, final `.grad`s, chain-rule terms."""

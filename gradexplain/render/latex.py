@@ -2,7 +2,7 @@
 
 The formulas mix math (`g ⊙ σ(t)(1 − σ(t))`), tensor names (`weightᵀ`, `z:mul`, `y@2`,
 `sum#3`) and prose (`g reshaped to t's shape`). Math symbols map to commands, names go through
-label.latex_name (the one naming rule), and runs of prose become `\\text{...}` so KaTeX does not
+records.names (the one naming rule), and runs of prose become `\\text{...}` so KaTeX does not
 set them as italic products of variables. No torch here.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from gradexplain.records.names import latex_name, short_name
+from gradexplain.records.names import Naming, latex_of
 
 # Words that only ever appear as prose in a formula. A tensor that happens to be called one of
 # these is shown upright as text instead of upright as a name, which reads the same.
@@ -89,9 +89,9 @@ def formula_latex(text: str) -> str:
     return _assemble(_render(_parse(_tokens(text))))
 
 
-def tensor_latex(name: str) -> str:
+def tensor_latex(name: str, naming: Naming) -> str:
     """A tensor name as the derivation writes it (`module2.t`, `weightᵀ`, `t (reshaped)`)."""
-    return formula_latex(short_name(name))
+    return formula_latex(naming.short(name))
 
 
 def _tokens(text: str) -> list[_Token]:
@@ -200,14 +200,14 @@ def _word(token: _Token, call: bool) -> _Piece:
 def _name(word: str) -> tuple[str, bool]:
     """A tensor name, with `.grad`-style attributes after it set upright."""
     parts = [word] if ":" in word else word.split(".")
-    text = _escape_name(latex_name(parts[0]))
+    text = _escape_name(latex_of(parts[0]))
     for attribute in parts[1:]:
         text += rf".\mathrm{{{_escape_name(attribute)}}}"
     return text, "@" in parts[0] and len(parts) == 1
 
 
 def _escape_name(text: str) -> str:
-    """latex_name escapes `_` and `:` but leaves `#` (from `sum#3`), which KaTeX rejects."""
+    """latex_of escapes `_` and `:` but leaves `#` (from `sum#3`), which KaTeX rejects."""
     return re.sub(r"(?<!\\)#", r"\\#", text)
 
 

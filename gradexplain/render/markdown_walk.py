@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gradexplain.records.names import ACCUMULATE, canonical_name, whole_names
+from gradexplain.records.names import ACCUMULATE, Naming, canonical_name
 from gradexplain.records.numbers import fmt, fmt_shape
 from gradexplain.records.session import Session
 from gradexplain.records.walk import (
@@ -49,11 +49,6 @@ TIMELINE_HEADERS = ("#", "hook", "target", "node", "argument", "derivative", "va
 def walk_markdown(walk: Walk, level: int = 2) -> str:
     """The whole walk: a header paragraph, then the sections "Chain rule", "Hook timeline: legacy
     pass", "Hook timeline: full pass" and "Checks" with headings at `level`."""
-    with whole_names(walk.whole_names):
-        return _walk_markdown(walk, level)
-
-
-def _walk_markdown(walk: Walk, level: int = 2) -> str:
     return blocks(
         _header(walk),
         lessons_markdown(walk, level),
@@ -99,49 +94,54 @@ def derivation_markdown(walk: Walk, level: int = 3) -> str:
              "applied to $g$, the value, and whether it matches what the node's own hook saw.")
     if not walk.derivations:
         return "No backward or autograd.grad call ran."
-    return blocks(intro, *(_derivation(derivation, level) for derivation in walk.derivations))
+    return blocks(intro, *(_derivation(derivation, level, walk.naming)
+                          for derivation in walk.derivations))
 
 
-def _derivation(derivation: Derivation, level: int) -> str:
+def _derivation(derivation: Derivation, level: int, naming: Naming) -> str:
     call = "backward" if derivation.kind == "backward" else "autograd.grad"
     title = f"Run {fmt(derivation.run)}: {call} of {code(derivation.of)}"
+    product = math(_partial(derivation.of, "·", naming, True))
     seed = (f"Seed gradient {math('v')} = {value_cell(derivation.seed)}: every {math('g')} "
-            f"below is the vector-Jacobian product {math(_partial(derivation.of, '·', True))}."
+            f"below is the vector-Jacobian product {product}."
             if derivation.seed is not None else "")
     seeded = derivation.seed is not None
-    items = [_derivation_line(derivation.of, number, line, seeded)
+    items = [_derivation_line(derivation.of, number, line, seeded, naming)
              for number, line in enumerate(derivation.lines, start=1)]
     return blocks(heading(level, title), seed, "\n".join(items))
 
 
-def _derivation_line(of: str, number: int, line: DerivationLine, seeded: bool) -> str:
-    upstream = math(rf"g = {_partial(of, line.output, seeded)}")
+def _derivation_line(of: str, number: int, line: DerivationLine, seeded: bool,
+                     naming: Naming) -> str:
+    upstream = math(rf"g = {_partial(of, line.output, naming, seeded)}")
     made = "leaf" if line.node == ACCUMULATE else "made"
-    head = (f"{number}. {code(display_node(line.node))} ({made} {math(tensor_latex(line.output))})"
+    output = math(tensor_latex(line.output, naming))
+    head = (f"{number}. {code(display_node(line.node))} ({made} {output})"
             f": {upstream} = {value_cell(line.upstream)}")
     if not line.has_rule:
         head += " " + italic("(no rule for this node type: the generic vector-Jacobian product, "
                              "checked all the same)")
     # Nested items must be indented past `10. `, not just `1. `, to stay inside the item.
     indent = " " * len(f"{number}. ")
-    return "\n".join([head, *(f"{indent}- {_term(of, term, seeded)}" for term in line.terms)])
+    terms = [f"{indent}- {_term(of, term, seeded, naming)}" for term in line.terms]
+    return "\n".join([head, *terms])
 
 
-def _term(of: str, term: Term, seeded: bool) -> str:
+def _term(of: str, term: Term, seeded: bool, naming: Naming) -> str:
     check = check_cell(term.check)
     mark = f" {check}" if check else ""
     formula = formula_latex(term.local)
     if "+=" in term.local:
         # AccumulateGrad's rule is a statement, not a derivative: say what it adds.
         return f"{math(formula)}: adds {value_cell(term.value)}{mark}"
-    derivative = _partial(of, term.wrt, seeded)
+    derivative = _partial(of, term.wrt, naming, seeded)
     return f"{math(f'{derivative} = {formula}')} = {value_cell(term.value)}{mark}"
 
 
-def _partial(of: str, wrt: str, seeded: bool = False) -> str:
+def _partial(of: str, wrt: str, naming: Naming, seeded: bool = False) -> str:
     """∂of/∂wrt in LaTeX; with a seed v, the vector-Jacobian product vᵀ·∂of/∂wrt."""
-    below = r"(\cdot)" if wrt == "·" else tensor_latex(wrt)
-    fraction = rf"\frac{{\partial {tensor_latex(of)}}}{{\partial {below}}}"
+    below = r"(\cdot)" if wrt == "·" else tensor_latex(wrt, naming)
+    fraction = rf"\frac{{\partial {tensor_latex(of, naming)}}}{{\partial {below}}}"
     return rf"v^{{\top}} {fraction}" if seeded else fraction
 
 

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 
 from gradexplain.analysis.order import FiringOrder
 from gradexplain.records.diff import HookDiff
-from gradexplain.records.names import whole_names
 from gradexplain.records.paths import module_title
 from gradexplain.records.session import Session
 from gradexplain.records.walk import Walk
@@ -52,11 +51,6 @@ SECTIONS = (
 def report_markdown(session: Session, diff: HookDiff, orders: Sequence[FiringOrder]) -> str:
     """The whole report page of a session, as markdown: `diff` is `compare(session)`, `orders`
     the firing orders to show (`first_firing_orders(session.traces)`)."""
-    with whole_names(session.walk.whole_names):
-        return _report_markdown(session, diff, orders)
-
-
-def _report_markdown(session: Session, diff: HookDiff, orders: Sequence[FiringOrder]) -> str:
     walk = session.walk
     sections = [(title, body) for title, body in _sections(session, diff, orders) if body]
     parts = [

@@ -17,7 +17,7 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from gradexplain.records.names import short_name, whole_names
+from gradexplain.records.names import Naming
 from gradexplain.records.numbers import fmt, fmt_value
 from gradexplain.records.trace import TensorValue
 from gradexplain.records.walk import (
@@ -44,15 +44,10 @@ def walk_text(walk: Walk, *, collapse: bool = True) -> RenderableType:
     """The whole walk as rich renderables: lessons, chain rule, both passes, the verdict.
 
     With `collapse`, runs of repeated blocks (a deep model's) are folded into one note each."""
-    with whole_names(walk.whole_names):
-        return _walk_text(walk, collapse)
-
-
-def _walk_text(walk: Walk, collapse: bool) -> RenderableType:
     parts: list[RenderableType] = [_header(walk)]
     parts += lessons_text(walk)
     for derivation in walk.derivations:
-        parts.append(_derivation(derivation, collapse))
+        parts.append(_derivation(derivation, collapse, walk.naming))
     for walk_pass in walk.passes:
         parts.append(_pass(walk_pass, collapse))
     parts.append(_verdict(walk))
@@ -71,7 +66,7 @@ def _header(walk: Walk) -> RenderableType:
     return Group(*lines, Text(""))
 
 
-def _derivation(derivation: Derivation, collapse: bool) -> RenderableType:
+def _derivation(derivation: Derivation, collapse: bool, naming: Naming) -> RenderableType:
     call = "backward" if derivation.kind == "backward" else "autograd.grad"
     title = f"chain rule of run {derivation.run}: {call} of {derivation.of}"
     lines: list[RenderableType] = []
@@ -81,24 +76,25 @@ def _derivation(derivation: Derivation, collapse: bool) -> RenderableType:
                           "product, v weighing each output element", style="dim italic"))
     lines.insert(0, Text(title, style="bold underline"))
     numerator = ("vᵀ·" if derivation.seed is not None else "") + "∂" + derivation.of
-    lines += _folding_repeats(derivation.lines, lambda line: _derivation_line(numerator, line),
+    lines += _folding_repeats(derivation.lines,
+                              lambda line: _derivation_line(numerator, line, naming),
                               _line_outline, "lines", collapse)
     lines.append(Text(""))
     return Group(*lines)
 
 
-def _derivation_line(numerator: str, line: DerivationLine) -> RenderableType:
+def _derivation_line(numerator: str, line: DerivationLine, naming: Naming) -> RenderableType:
     table = Table.grid(padding=(0, 1))
     table.add_column(no_wrap=True)
     table.add_column(max_width=80)
     table.add_column(no_wrap=True)
-    gradient = f"  g = {numerator}/∂{short_name(line.output)} = "
+    gradient = f"  g = {numerator}/∂{naming.short(line.output)} = "
     head = Text.assemble((display_node(line.node), "cyan"), gradient, fmt_value(line.upstream))
     if not line.has_rule:
         head.append("  (no rule for this node type: generic vector-Jacobian product)",
                     style="dim")
     for term in line.terms:
-        table.add_row(f"  → {short_name(term.wrt)}:",
+        table.add_row(f"  → {naming.short(term.wrt)}:",
                       Text(f"{term.local} = {fmt_value(term.value)}"), check_mark(term.check))
     return Group(head, table)
 

@@ -12,6 +12,7 @@ from gradexplain.capture.checks import check
 from gradexplain.capture.label import Site, label_pass
 from gradexplain.capture.replay import Replay
 from gradexplain.language import load_spec
+from gradexplain.records.names import Naming
 from gradexplain.records.trace import TensorValue
 from tests.helpers.capture import trace_both
 from tests.helpers.cli import SPECS
@@ -32,7 +33,7 @@ def test_a_wrong_label_fails_its_check() -> None:
     """Swap two labels' sites (dz/dp and dz/dx) and the hook-free run must disagree."""
     spec = load_spec(TWO_MODULES)
     legacy, _ = trace_both(spec)
-    view, events = label_pass(legacy)
+    view, events = label_pass(legacy, Naming())
     replay = Replay(spec, legacy, [view.name_of(node) for node in view.order])
     mul = next(item for item in events
                if item.event.hook == "backward" and item.event.target == "module")

@@ -8,6 +8,7 @@ import re
 import pytest
 
 from gradexplain.capture.rules import RULES, local_derivatives
+from gradexplain.records.names import Naming
 from gradexplain.render.latex import PROSE, formula_latex, tensor_latex
 from gradexplain.render.markdown import math, table
 from tests.helpers.mdcheck import (
@@ -76,6 +77,14 @@ def test_formula_latex_examples(formula: str, expected: str) -> None:
 
 
 def test_tensor_latex_uses_the_short_name() -> None:
-    assert tensor_latex("module2.t") == "t"
-    assert tensor_latex("module2.l.weight") == r"\mathrm{weight}"
-    assert tensor_latex("t (reshaped)") == r"t\text{ (reshaped)}"
+    spec = Naming()
+    assert tensor_latex("module2.t", spec) == "t"
+    assert tensor_latex("module2.l.weight", spec) == r"\mathrm{weight}"
+    assert tensor_latex("t (reshaped)", spec) == r"t\text{ (reshaped)}"
+
+
+def test_tensor_latex_keeps_a_python_models_whole_name() -> None:
+    """`head.weight` and `encoder.0.weight` are told apart only by their paths."""
+    whole = Naming(whole=True)
+    assert tensor_latex("head.weight", whole) != tensor_latex("encoder.weight", whole)
+    assert tensor_latex("head.weight", Naming()) == tensor_latex("encoder.weight", Naming())

@@ -41,7 +41,7 @@ LESSONS = (
     LessonView(CALLS, worth_showing, runs_text, runs_markdown),
     LessonView(VJP, lambda walk: bool(walk.lessons.vjp),
                lambda walk: vjp_text(walk.lessons.vjp),
-               lambda walk, level: vjp_markdown(walk.lessons.vjp, level)),
+               lambda walk, level: vjp_markdown(walk.lessons.vjp, level, walk.naming)),
     LessonView(INTERVENTIONS, lambda walk: bool(walk.lessons.interventions),
                lambda walk: intervention_text(walk.lessons.interventions),
                lambda walk, level: intervention_markdown(walk.lessons.interventions, level)),

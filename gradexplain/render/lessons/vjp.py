@@ -18,6 +18,7 @@ from rich.padding import Padding
 from rich.text import Text
 
 from gradexplain.records.lessons.vjp import Identity, JacobianMethod, VjpLesson
+from gradexplain.records.names import Naming
 from gradexplain.records.numbers import TEXT_ELEMENTS, fmt, fmt_shape, fmt_value
 from gradexplain.records.trace import Nested, TensorValue
 from gradexplain.render.latex import tensor_latex
@@ -271,13 +272,13 @@ def _identity_line(identity: Identity) -> Text:
 # --- markdown ----------------------------------------------------------------------------------
 
 
-def vjp_markdown(lessons: tuple[VjpLesson, ...], level: int) -> str:
+def vjp_markdown(lessons: tuple[VjpLesson, ...], level: int, naming: Naming) -> str:
     """Every lesson as GitHub markdown: a heading at `level`, one sub-heading per lesson."""
     parts = [heading(level, "Vector-Jacobian products"), escape(_intro(lessons), block=True)]
     if lessons:
         parts.append(_formula_markdown())
     for lesson in lessons:
-        parts.append(_lesson_markdown(lesson, level + 1))
+        parts.append(_lesson_markdown(lesson, level + 1, naming))
     return blocks(*parts)
 
 
@@ -288,7 +289,7 @@ def _formula_markdown() -> str:
             "of rows, with the shape of the tensor differentiated with respect to.")
 
 
-def _lesson_markdown(lesson: VjpLesson, level: int) -> str:
+def _lesson_markdown(lesson: VjpLesson, level: int, naming: Naming) -> str:
     title = (f"{escape(lesson.kind)} call {lesson.call + 1}: {code(call_text(lesson))}, "
              "with respect to "
              f"{code(lesson.wrt)}")
@@ -297,7 +298,7 @@ def _lesson_markdown(lesson: VjpLesson, level: int) -> str:
     facts = [
         f"{code(lesson.of)} {code(fmt_shape(lesson.of_shape))}, {code(lesson.wrt)} "
         f"{code(fmt_shape(lesson.wrt_shape))}; {escape(seed_text(lesson))}",
-        f"{math(_jacobian_latex(lesson))}: "
+        f"{math(_jacobian_latex(lesson, naming))}: "
         f"{escape(jacobian_value_text(lesson))}{method}",
         f"{math(VJP_LATEX)} = {code(fmt_value(lesson.result))}, shape "
         f"{code(fmt_shape(lesson.result.shape))} ({escape(result_source(lesson))})",
@@ -328,9 +329,9 @@ def _lesson_markdown(lesson: VjpLesson, level: int) -> str:
     return blocks(*parts)
 
 
-def _jacobian_latex(lesson: VjpLesson) -> str:
-    return (r"J = \frac{\partial " + tensor_latex(lesson.of) + r"}{\partial "
-            + tensor_latex(lesson.wrt) + "}")
+def _jacobian_latex(lesson: VjpLesson, naming: Naming) -> str:
+    return (r"J = \frac{\partial " + tensor_latex(lesson.of, naming) + r"}{\partial "
+            + tensor_latex(lesson.wrt, naming) + "}")
 
 
 def _mark(identity: Identity) -> str:

@@ -18,6 +18,7 @@ from gradexplain.capture.lessons.vjp import check_identity, combine_rows, vjp_le
 from gradexplain.language import load_spec, load_spec_text
 from gradexplain.records.codec import from_data, to_data
 from gradexplain.records.lessons.vjp import Identity, VjpLesson
+from gradexplain.records.names import Naming
 from gradexplain.records.trace import TensorValue
 from gradexplain.render.console import plain_text
 from gradexplain.render.lessons.vjp import vjp_markdown, vjp_text
@@ -302,7 +303,7 @@ def test_renderers_show_a_failed_identity() -> None:
     (lesson,) = lessons_of("vector_backward.yaml")
     broken = dataclasses.replace(lesson, identities=(Identity("vᵀJ = Σᵢ vᵢ·J[i]", False, 0.5),))
     assert "✗ FAILED vᵀJ = Σᵢ vᵢ·J[i] (max abs error 0.5)" in flat(plain_text(vjp_text((broken,))))
-    markdown = vjp_markdown((broken,), 2)
+    markdown = vjp_markdown((broken,), 2, Naming())
     assert_markdown_well_formed(markdown)
     assert "✗ **FAILED**" in markdown
 
@@ -311,12 +312,12 @@ def test_markdown_is_well_formed() -> None:
     every = (lessons_of("vector_backward.yaml") + lessons_of("multi_output.yaml")
              + square_lessons())
     for level in (1, 2, 6):
-        assert_markdown_well_formed(vjp_markdown(every, level))
-    empty = vjp_markdown((), 2)
+        assert_markdown_well_formed(vjp_markdown(every, level, Naming()))
+    empty = vjp_markdown((), 2, Naming())
     assert_markdown_well_formed(empty)
     assert "no vector-Jacobian product to explain" in empty
 
-    markdown = vjp_markdown(lessons_of("vector_backward.yaml"), 2)
+    markdown = vjp_markdown(lessons_of("vector_backward.yaml"), 2, Naming())
     assert markdown.startswith("## Vector-Jacobian products\n")
     assert "not the Jacobian J (2×2 here)" in markdown
     terms, identities = tables(markdown)

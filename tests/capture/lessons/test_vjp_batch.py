@@ -25,6 +25,7 @@ from gradexplain.capture.lessons.vjp import vjp_lessons
 from gradexplain.language import load_spec_text
 from gradexplain.records.codec import from_data, to_data
 from gradexplain.records.lessons.vjp import VjpLesson
+from gradexplain.records.names import Naming
 from gradexplain.records.trace import TensorValue
 from gradexplain.render.console import plain_text
 from gradexplain.render.lessons.vjp import vjp_markdown, vjp_text
@@ -388,7 +389,7 @@ def test_renderers_say_why_there_are_no_blocks() -> None:
     assert flat(reason) in words
     assert "per-sample Jacobians J_b" not in words and "✗" not in words
     for level in (1, 2, 6):
-        markdown = vjp_markdown(lessons, level)
+        markdown = vjp_markdown(lessons, level, Naming())
         assert_markdown_well_formed(markdown)
         assert "samples interact" in markdown
         assert "FAILED" not in markdown
