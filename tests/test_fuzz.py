@@ -2,7 +2,8 @@
 and `walk` end with exit 0, 1 or 2, a short one-line error at most, never a traceback, never an
 `internal error`, and never a hang.
 
-The files come from tests/helpers/fuzzspecs.py (the valid specs mutated as data or as bytes).
+The files come from tests/helpers/fuzztrees.py and fuzzbytes.py (the valid specs mutated as data
+or as bytes).
 Each one goes through the real entry point, `gradexplain.cli.main`, in this process, with stdout
 encoded as strict UTF-8 the way a terminal's is, and under an alarm that turns a hang into a
 failure.
@@ -38,14 +39,9 @@ from hypothesis import HealthCheck, Phase, event, given, note, settings
 from hypothesis import strategies as st
 
 from gradexplain.cli import main
-from tests.helpers.fuzzspecs import (
-    GENTLE_MUTATORS,
-    TREE_MUTATORS,
-    SpecFile,
-    byte_specs,
-    mutated_specs,
-    spec_files,
-)
+from tests.helpers.fuzzbytes import byte_specs, spec_files
+from tests.helpers.fuzzseeds import SpecFile
+from tests.helpers.fuzztrees import GENTLE_MUTATORS, TREE_MUTATORS, mutated_specs
 
 # Time limits that turn a hang into a failure, not speed targets (bench/ measures speed): a file
 # just under the 1,000,000-byte bound validates in about 1 s, and a walk of a spec near the

@@ -200,7 +200,7 @@ def make_asserts() -> Asserts:
     return Asserts()
 
 
-# --- models that expose known bugs (see the xfail tests in capture/test_pymodel.py) ---------
+# --- models that expose known bugs (see capture/test_pymodel_fixed_bugs.py) ---------
 
 
 def make_dropout() -> nn.Sequential:

@@ -1,14 +1,11 @@
-"""Spec files for the fuzz tests (tests/test_fuzz.py): hypothesis strategies that take the valid
-specs in specs/ as seeds and break them.
+"""Spec files for the fuzz tests (tests/test_fuzz.py), part 2: tree mutations.
 
-Two families. Tree mutations load a seed with yaml.safe_load, change the plain data (a value of
-the wrong type, a key deleted or added, a name renamed everywhere to a unicode, reserved or
-builtin name, odd shapes, huge and non-finite numbers, deep nesting, explicit YAML tags, edited
-forward steps, thousands of steps, parts grafted from another seed), usually several changes at
-once, and write it back as YAML (block or flow style) or JSON. Byte mutations work on the file
-itself: empty, whitespace or comments only, binary junk, invalid UTF-8, truncation, characters
-inserted or deleted, byte-order marks, tabs, CR and CRLF line ends, files over and just under the
-1,000,000-byte bound.
+A seed (tests/helpers/fuzzseeds.py) is loaded with yaml.safe_load and its plain data changed: a
+value of the wrong type, a key deleted or added, a name renamed everywhere to a unicode, reserved
+or builtin name, odd shapes, huge and non-finite numbers, deep nesting, explicit YAML tags, edited
+forward steps, thousands of steps, parts grafted from another seed, interventions, captures and
+backward targets added or changed; usually several changes at once, written back as YAML (block
+or flow style) or JSON.
 
 Every drawn file carries its story (what was done to which seed), which the tests `note()` so a
 failure reads as the list of changes that led to it. Nothing here runs gradexplain.
@@ -17,269 +14,44 @@ failure reads as the list of changes that led to it. Nothing here runs gradexpla
 from __future__ import annotations
 
 import copy
-import json
-import math
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
-import yaml
 from hypothesis import strategies as st
 
-REPO = Path(__file__).resolve().parent.parent.parent
-SEED_TEXTS: dict[str, str] = {
-    path.stem: path.read_text(encoding="utf-8") for path in sorted((REPO / "specs").glob("*.yaml"))
-}
-SEED_NAMES = tuple(SEED_TEXTS)
-
-# Plain YAML data, as yaml.safe_load returns it: mutators walk and change it in place.
-Tree = Any
-KeyPath = tuple[str | int, ...]
-
-# The spec language's vocabulary (DESIGN section 3 and gradexplain/spec/catalogue), written out
-# here rather than imported so the generator does not lean on the code under test.
-FUNCTIONS = ("sigmoid", "tanh", "relu", "exp", "log", "sin", "cos", "sqrt", "abs", "square",
-             "leaky_relu", "clone", "detach", "sum", "mean", "softmax", "log_softmax", "matmul",
-             "reshape", "flatten", "transpose", "squeeze", "unsqueeze", "chunk")
-LAYER_KINDS = ("Linear", "Conv2d", "Embedding", "ReLU", "LeakyReLU", "Sigmoid", "Tanh", "GELU",
-               "Softmax", "Flatten", "MaxPool2d", "LayerNorm", "Identity")
-KNOWN_KEYS = ("name", "about", "seed", "dtype", "inputs", "params", "layers", "modules",
-              "forward", "backward", "grad", "interventions", "captures", "args", "steps",
-              "returns", "value", "randn", "rand", "zeros", "ones", "requires_grad", "weight",
-              "bias", "of", "wrt", "gradient", "grad_outputs", "retain_graph", "times",
-              "zero_grad", "zero_grad_between", "expect_error", "hook", "on", "action",
-              "factor", "min", "max", "module", "remove_after", "one_hot", "in_features",
-              "out_features", "kernel_size", "padding", "stride", "dilation", "groups", "dim",
-              "inplace", "negative_slope", "eps", "normalized_shape", "start_dim", "end_dim")
-
-# Names a user might pick that collide with something: the step language's functions, Python
-# builtins and keywords, nn.Module attributes, dunders, and text that only looks like a name
-# (NFKC-equivalent letters, right-to-left text, zero-width and control characters, emoji).
-ODD_NAMES = (
-    "sum", "open", "print", "eval", "exec", "__import__", "__class__", "_x", "forward",
-    "backward", "grad", "self", "torch", "nn", "F", "None", "True", "lambda", "class", "def",
-    "parameters", "training", "weight", "bias", "state_dict", "register_buffer", "T",
-    "x.y", "x y", "x-y", "1x", "", " ", "x\u200b", "\u200bx", "\u202ex", "\u05d0\u05d1",
-    "\u0627\u0644\u0633", "\U0001f525", "x\U0001f525", "\u00e9", "e\u0301", "\ufb01x",
-    "\U0001d431", "\u212b", "\u0430", "\u0661", "x\x00", "x\t", "x\n", "x\x85", "\ud800",
-    "\ufeffx", "Ω", "ǅ", "a" * 300, "y", "x", "z", "loss", "module", "module2",
+from tests.helpers.fuzzseeds import (
+    DEEP_LEVELS,
+    FUNCTIONS,
+    IDENTIFIER,
+    KNOWN_KEYS,
+    LAYER_KINDS,
+    ODD_ATTRIBUTES,
+    ODD_INDICES,
+    ODD_LITERALS,
+    ODD_NUMBERS,
+    ODD_OPERATORS,
+    ODD_SHAPES,
+    ODD_TAGGED,
+    SEED_NAMES,
+    STEP_COUNTS,
+    KeyPath,
+    RawSlots,
+    SpecFile,
+    Tree,
+    all_paths,
+    any_values,
+    defined_names,
+    emit,
+    flow_text,
+    get_at,
+    is_step_path,
+    load_seed,
+    odd_names,
+    rename_everywhere,
+    set_at,
+    show_path,
+    step_lists,
 )
-# Numbers at the edges: float overflow in float32 and float64, subnormals, signed zero, values
-# past every integer width, non-finite ones, and booleans (which YAML and Python treat as ints).
-ODD_NUMBERS: tuple[object, ...] = (
-    0, -1, 1, 2, 3, 255, 256, 2**31, 2**31 - 1, 2**53 + 1, 2**63 - 1, 2**63, 2**64, -(2**63),
-    10**30, -(10**30), 10**400, 0.0, -0.0, 0.5, 1e-45, 5e-324, 3.4e38, 3.5e38, 1e308, -1e308,
-    1.7976931348623157e308, math.inf, -math.inf, math.nan, True, False,
-)
-ODD_SHAPES: tuple[object, ...] = (
-    [], [0], [1], [0, 3], [-1], [-5, 2], [100_000, 100_000], [10_000_000], [10_000_001],
-    [3_000, 3_000], [1_000_000], [1_000_001], [2**31], [2**63], [10**30], [1] * 64, [1] * 65,
-    [2] * 24, [1] * 200, [2.5], [1.0], ["3"], [None], [True], [[2]], 3, 0, -3, "3", "[2, 3]",
-    {"x": 2}, None, [2, 3, 4, 5, 6, 7],
-)
-# What the step language refuses or finds odd, to splice into a forward step.
-ODD_INDICES = ("0", "-1", ":", "::0", "::-1", "None", "...", "..., ...", "0, 0", "5", "1:0",
-               ":, None", "10**30", "1000000000000", "1.5", "x", "True", "0:1:0", "'a'")
-ODD_OPERATORS = ("+", "-", "*", "/", "@", "**", "//", "%", "<", "and", "|", "==")
-ODD_LITERALS = ("0", "-0.0", "1e999", "-1e999", "1e308", "1e-320", "3.5e38", "10" + "0" * 40,
-                "0x" + "f" * 40, "1_000", "1j", "True", "None", "'a'", "b'a'", "...", "[1, 2]",
-                "(1, 2)", "{1}", "0.1", "2**1000")
-ODD_ATTRIBUTES = ("T", "mT", "exp", "grad", "data", "__class__", "_base", "shape", "H")
-ODD_TAGGED = (
-    '!!int "abc"', '!!int ""', '!!int "0x"', '!!int "0o9"', '!!int "1:2:3"', '!!float "abc"',
-    '!!float ""', '!!float "1:x"', '!!float ".nan"', '!!bool "maybe"', '!!null "x"',
-    '!!str 5', '!!binary aGk=', '!!timestamp 2001-02-30', '!!timestamp "x"', "!!set {a, b}",
-    "!!omap [a: 1]", "!!pairs [a: 1]", "!custom x", "!!python/object:os.system x",
-    "!!python/name:os.system ''", "!<tag:yaml.org,2002:int> 7", "!!merge <<", "&anchor 1",
-    "*undefined_alias", "? [a]", "2001-01-01", "0b102", "0o17", "0x1G", "1:30", "-.inf", "~",
-    "'" + "1" * 5000 + "'", "1" * 4301, "-" + "9" * 5000, "1" * 300 + ".0", "1e400", "1.0e+400",
-    ".NaN", "+.inf", "yes", "No", "on", "OFF", "y", "0.", ".5", "1_0.0_1", "0x_1",
-)
-DEEP_LEVELS = (8, 32, 63, 64, 65, 66, 100, 500, 1000, 5000)
-STEP_COUNTS = (10, 200, 1_999, 2_000, 2_001, 3_000)
-
-
-@dataclass(frozen=True)
-class SpecFile:
-    """One generated spec file: its bytes and the story of how it was made."""
-
-    data: bytes
-    story: tuple[str, ...]
-
-    def describe(self) -> str:
-        return " | ".join(self.story)
-
-    def __repr__(self) -> str:
-        # Hypothesis prints the failing case with repr: a megabyte of bytes helps nobody.
-        data = self.data if len(self.data) <= 2_000 else (
-            self.data[:1_000] + b"..." + self.data[-200:])
-        return f"SpecFile(data={data!r}, story={self.story!r})"
-
-
-# --- helpers over the plain-data tree ------------------------------------------------------------
-
-
-class _SeedLoader(yaml.SafeLoader):
-    """yaml.safe_load, except that only true and false are booleans: YAML 1.1 also reads on, off,
-    yes and no as booleans, which would turn an intervention's `on:` key into True (the spec
-    reader takes keys as written)."""
-
-
-_SeedLoader.yaml_implicit_resolvers = {
-    first: [(tag, pattern) for tag, pattern in resolvers if tag != "tag:yaml.org,2002:bool"]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
-_SeedLoader.add_implicit_resolver("tag:yaml.org,2002:bool",
-                                  re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
-                                  list("tTfF"))
-
-
-def load_seed(name: str) -> Tree:
-    """A fresh, mutable copy of a seed spec's data."""
-    # A SafeLoader subclass: nothing but plain data is ever built.
-    return yaml.load(SEED_TEXTS[name], Loader=_SeedLoader)
-
-
-def all_paths(tree: Tree, prefix: KeyPath = ()) -> list[KeyPath]:
-    """Every value's path, the root's () first, then depth-first in document order."""
-    found: list[KeyPath] = [prefix]
-    if isinstance(tree, dict):
-        for key, value in tree.items():
-            found += all_paths(value, (*prefix, key))
-    elif isinstance(tree, list):
-        for index, value in enumerate(tree):
-            found += all_paths(value, (*prefix, index))
-    return found
-
-
-def get_at(tree: Tree, path: KeyPath) -> Tree:
-    for part in path:
-        tree = tree[part]
-    return tree
-
-
-def set_at(tree: Tree, path: KeyPath, value: Tree) -> Tree:
-    """Put `value` at `path` and return the (possibly new) root."""
-    if not path:
-        return value
-    get_at(tree, path[:-1])[path[-1]] = value
-    return tree
-
-
-def show_path(path: KeyPath) -> str:
-    text = ""
-    for part in path:
-        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
-    return text or "<root>"
-
-
-def is_step_path(tree: Tree, path: KeyPath) -> bool:
-    """Is the value at `path` a forward step: top-level `forward` items, or a module's `steps`?"""
-    if len(path) < 2 or not isinstance(path[-1], int) or not isinstance(get_at(tree, path), str):
-        return False
-    return path[-2] == "steps" or path[:-1] == ("forward",)
-
-
-def step_lists(tree: Tree) -> list[KeyPath]:
-    """The paths of every list of forward steps in the tree."""
-    return [path for path in all_paths(tree)
-            if isinstance(get_at(tree, path), list) and path
-            and (path[-1] == "steps" or path == ("forward",))]
-
-
-def defined_names(tree: Tree) -> list[str]:
-    """Names the spec defines: inputs, params, layers, modules, captures and step targets."""
-    names: list[str] = []
-    for path in all_paths(tree):
-        if len(path) >= 2 and path[-2] in ("inputs", "params", "layers", "modules", "captures") \
-                and isinstance(path[-1], str):
-            names.append(path[-1])
-        value = get_at(tree, path)
-        if is_step_path(tree, path) and "=" in value:
-            names += [part.strip() for part in value.split("=", 1)[0].split(",")]
-    return sorted({name for name in names if name})
-
-
-_IDENTIFIER = re.compile(r"(?<![\w.])[A-Za-z_]\w*")
-
-
-def rename_everywhere(tree: Tree, old: str, new: str) -> Tree:
-    """Rename a name in keys, in step text (whole identifiers) and in values that are exactly
-    that name (`backward: y`, `of: y`, `on: module2`), keeping the document's order."""
-    if isinstance(tree, dict):
-        return {(new if key == old else key): rename_everywhere(value, old, new)
-                for key, value in tree.items()}
-    if isinstance(tree, list):
-        return [rename_everywhere(item, old, new) for item in tree]
-    if isinstance(tree, str):
-        if tree == old:
-            return new
-        if "=" in tree:
-            return _IDENTIFIER.sub(lambda match: new if match.group(0) == old else match.group(0),
-                                   tree)
-    return tree
-
-
-# --- emitting -----------------------------------------------------------------------------------
-
-
-class RawSlots:
-    """Text that yaml.safe_dump cannot or will not write (10,000 levels of brackets, integers of
-    5,000 digits, explicit tags): a placeholder goes into the tree and is swapped for the raw
-    text after dumping."""
-
-    def __init__(self) -> None:
-        self.texts: dict[str, str] = {}
-
-    def slot(self, text: str) -> str:
-        token = f"RAWSLOT{len(self.texts)}X"
-        self.texts[token] = text
-        return token
-
-    def fill(self, dumped: str) -> str:
-        for token, text in self.texts.items():
-            dumped = dumped.replace(f'"{token}"', text).replace(f"'{token}'", text)
-            dumped = dumped.replace(token, text)
-        return dumped
-
-
-def emit(tree: Tree, style: str, slots: RawSlots) -> str:
-    """The tree as YAML text: block style, flow style on one line, or JSON (itself YAML)."""
-    if style == "json":
-        try:
-            text = json.dumps(tree, ensure_ascii=False, allow_nan=False)
-        except (ValueError, TypeError):
-            style = "block"
-        else:
-            return slots.fill(text)
-    text = yaml.safe_dump(tree, allow_unicode=True, sort_keys=False,
-                          default_flow_style=(style == "flow"), width=10**9 if style == "flow"
-                          else 100)
-    return slots.fill(text)
-
-
-def flow_text(value: Tree) -> str:
-    """A value as one line of flow YAML, for splicing inside raw text."""
-    text = yaml.safe_dump(value, allow_unicode=True, default_flow_style=True, width=10**9)
-    return text.removesuffix("\n...\n").strip()
-
-
-# --- value strategies --------------------------------------------------------------------------
-
-scalars = st.one_of(
-    st.text(max_size=12), st.integers(-(2**70), 2**70), st.floats(), st.booleans(), st.none(),
-    st.sampled_from(ODD_NUMBERS), st.sampled_from(ODD_NAMES),
-)
-any_values = st.recursive(
-    scalars,
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(
-        st.text(max_size=8) | st.sampled_from(KNOWN_KEYS), inner, max_size=3),
-    max_leaves=8,
-)
-odd_names = st.sampled_from(ODD_NAMES) | st.text(min_size=1, max_size=10)
-
 
 # --- tree mutators -------------------------------------------------------------------------------
 # Each takes the draw function, the tree and the raw slots, changes the tree (returning the new
@@ -460,7 +232,7 @@ def step_text(draw: st.DrawFn, text: str, names: list[str]) -> str:
         expr = expr.replace(draw(st.sampled_from(numbers)), literal, 1) if numbers \
             else f"({expr}) * {literal}"
     elif kind == "name":
-        found = _IDENTIFIER.findall(expr)
+        found = IDENTIFIER.findall(expr)
         if found:
             old = draw(st.sampled_from(found))
             new = draw(odd_names | name)
@@ -699,120 +471,3 @@ def mutated_specs(draw: st.DrawFn, mutators: tuple[Mutator, ...] = TREE_MUTATORS
     return SpecFile(text.encode("utf-8", "surrogatepass"), tuple(story))
 
 
-# --- byte mutations ----------------------------------------------------------------------------
-
-BOMS = (b"\xef\xbb\xbf", b"\xff\xfe", b"\xfe\xff", b"\xff\xfe\x00\x00", b"\xef\xbb\xbf" * 2)
-BAD_UTF8 = (b"\xff", b"\xc3", b"\xed\xa0\x80", b"\xc0\xaf", b"\xf4\x90\x80\x80", b"\x80",
-            b"\xe2\x82")
-JUNK = (b"\x00", b"\x1b[31m", b"\x07", b"\r", b"\x0c", b"\x85", b"\xc2\x85", b"\xe2\x80\xa8",
-        b"\t", b"%YAML 1.1\n", b"%TAG ! tag:x,2000:\n", b"---\n", b"...\n", b"--- |\n",
-        b"&a ", b"*a", b"!!", b"? ", b": ", b"- ", b"{", b"[", b"'", b'"', b"#", b"|", b">",
-        b"@", b"`", b"%", b"\\")
-LIMIT = 1_000_000
-SMALL_KINDS = ("empty", "blank", "comments", "binary", "bad_utf8", "truncate", "insert", "delete",
-               "bom", "tabs", "crlf", "cr", "junk", "utf16", "duplicate", "nul_padding",
-               "documents")
-LARGE_KINDS = ("over_limit", "at_limit", "under_limit_steps", "under_limit_about", "long_line")
-
-
-@st.composite
-def byte_specs(draw: st.DrawFn) -> SpecFile:
-    """A seed's bytes, or nothing like a seed: broken at the level of bytes and lines."""
-    seed = draw(st.sampled_from(SEED_NAMES))
-    base = SEED_TEXTS[seed].encode("utf-8")
-    # Files near the size bound take a second or more each to read: about one case in eight.
-    kind = draw(st.sampled_from(SMALL_KINDS * 2 + LARGE_KINDS))
-    data = base
-    if kind == "empty":
-        data = b""
-    elif kind == "blank":
-        data = draw(st.sampled_from((b" ", b"\n", b"\n\n\n", b"\t", b"   \n \t\n", b"\r\n")))
-    elif kind == "comments":
-        data = draw(st.sampled_from((b"# only a comment\n", b"#", b"# a\n# b\n\n", b"---\n#\n",
-                                     b"...\n", b"---\n...\n", b"%YAML 1.1\n---\n")))
-    elif kind == "binary":
-        data = draw(st.binary(max_size=300))
-    elif kind == "bad_utf8":
-        at = draw(st.integers(0, len(base)))
-        data = base[:at] + draw(st.sampled_from(BAD_UTF8)) + base[at:]
-    elif kind == "truncate":
-        data = base[:draw(st.integers(0, len(base)))]
-    elif kind == "insert":
-        at = draw(st.integers(0, len(base)))
-        text = "".join(draw(st.lists(st.characters(), min_size=1, max_size=4)))
-        data = base[:at] + text.encode("utf-8", "surrogatepass") + base[at:]
-    elif kind == "delete":
-        at = draw(st.integers(0, len(base)))
-        data = base[:at] + base[at + draw(st.integers(1, 20)):]
-    elif kind == "bom":
-        data = draw(st.sampled_from(BOMS)) + base
-    elif kind == "tabs":
-        data = base.replace(b"  ", b"\t")
-    elif kind == "crlf":
-        data = base.replace(b"\n", b"\r\n")
-    elif kind == "cr":
-        data = base.replace(b"\n", b"\r")
-    elif kind == "junk":
-        at = draw(st.integers(0, len(base)))
-        data = base[:at] + draw(st.sampled_from(JUNK)) + base[at:]
-    elif kind == "utf16":
-        data = base.decode("utf-8").encode(draw(st.sampled_from(("utf-16", "utf-16-le",
-                                                                 "utf-32"))))
-    elif kind == "duplicate":
-        data = base + draw(st.sampled_from((b"", b"---\n"))) + base
-    elif kind == "over_limit":
-        data = base + b"#" * (LIMIT + 1 - len(base) - 1) + b"\n" + b"#" * draw(st.integers(0, 9))
-    elif kind == "at_limit":
-        data = base + b"#" * (LIMIT - len(base) - 1) + b"\n"
-    elif kind == "under_limit_steps":
-        data = _padded_with_steps(seed, draw(st.integers(LIMIT - 50_000, LIMIT)))
-    elif kind == "under_limit_about":
-        data = _padded_about(seed, draw(st.integers(LIMIT - 50_000, LIMIT)))
-    elif kind == "long_line":
-        data = base + b"about2: " + b"x" * draw(st.sampled_from((10_000, 100_000, 900_000)))
-    elif kind == "nul_padding":
-        data = base + b"\x00" * draw(st.integers(1, 1_000))
-    else:
-        data = b"---\n" + base + b"\n---\n" + base
-    return SpecFile(data, (f"seed {seed}", f"bytes: {kind}", f"{len(data):,} bytes"))
-
-
-def _padded_with_steps(seed: str, size: int) -> bytes:
-    """The seed with many top-level steps in front of its forward, `size` bytes or just under
-    (written as JSON, which is YAML too, because the C encoder makes a megabyte quickly)."""
-    tree = load_seed(seed)
-    inputs = tree.get("inputs") or {"x": 1.0}
-    tree["inputs"] = inputs
-    source = next(iter(inputs))
-    forward = tree["forward"] if isinstance(tree["forward"], list) else []
-    tree["forward"] = forward
-    base = len(json.dumps(tree, ensure_ascii=False).encode("utf-8"))
-    steps: list[str] = []
-    while True:
-        step = f"pad_{len(steps)} = {source} * 1.0"
-        cost = len(step) + 4  # the quotes, the comma and the space
-        if base + cost > size:
-            break
-        steps.append(step)
-        base += cost
-    tree["forward"] = steps + forward
-    return json.dumps(tree, ensure_ascii=False).encode("utf-8")
-
-
-def _padded_about(seed: str, size: int) -> bytes:
-    """The seed with an `about` long enough to make the file exactly `size` bytes."""
-    tree = load_seed(seed)
-    tree["about"] = ""
-    head = emit(tree, "block", RawSlots()).encode("utf-8")
-    filler = max(0, size - len(head))
-    return head.replace(b"about: ''", b"about: '" + b"a" * filler + b"'", 1)
-
-
-def spec_files(gentle_share: int = 1) -> st.SearchStrategy[SpecFile]:
-    """The fuzz input: tree mutations, gentle ones (mostly valid, so the run is exercised), and
-    byte mutations."""
-    return st.one_of(
-        mutated_specs(),
-        *[mutated_specs(GENTLE_MUTATORS, most=2)] * gentle_share,
-        byte_specs(),
-    )
