@@ -6,7 +6,7 @@ For each backward or grad call it computes, with no hook registered anywhere:
   which also reaches tensors only a built-in layer made, like Linear's transposed weight);
 - each edge's share: the node's own backward applied to its output's gradient (a tensor used
   twice gets one share per use).
-Positions are matched to the traced graph by the breadth-first order of `graphview`.
+Positions are matched to the traced graph by the breadth-first order of `records.graph`.
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ SEED_NAMES = tuple(SEED_TEXTS)
 Tree = Any
 KeyPath = tuple[str | int, ...]
 
-# The spec language's vocabulary (DESIGN section 3 and gradexplain/spec/catalogue), written out
+# The spec language's vocabulary (DESIGN section 3 and gradexplain/language/catalogue), written out
 # here rather than imported so the generator does not lean on the code under test.
 FUNCTIONS = ("sigmoid", "tanh", "relu", "exp", "log", "sin", "cos", "sqrt", "abs", "square",
              "leaky_relu", "clone", "detach", "sum", "mean", "softmax", "log_softmax", "matmul",

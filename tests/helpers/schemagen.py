@@ -135,7 +135,7 @@ class Derived:
         nullable = type(None) in args
         members = [arg for arg in args if arg is not type(None)]
         if float in members and any(typing.get_origin(arg) is list for arg in members):
-            # codec._union's special case: a tensor's values (trace_data.Nested)
+            # codec._union's special case: a tensor's values (records.trace.Nested)
             self.defs["Nested"] = NESTED
             options: list[Schema] = [{"$ref": "#/$defs/Nested"}]
         else:
@@ -164,7 +164,7 @@ FLOAT: Schema = {
     "pattern": NON_FINITE_PATTERN,
 }
 NESTED: Schema = {
-    "description": "A tensor's values (trace_data.Nested): a number or boolean for a 0-d "
+    "description": "A tensor's values (records.trace.Nested): a number or boolean for a 0-d "
                    "tensor, else nested lists of them, one level per dimension; non-finite "
                    "values are the strings \"inf\", \"-inf\" and \"nan\".",
     "type": ["number", "boolean", "string", "array"],

@@ -18,7 +18,7 @@ from tests.helpers.mdcheck import (
 
 # --- formulas --------------------------------------------------------------------------------
 
-# Operand names as derive.py writes them, and how each must come out in LaTeX.
+# Operand names as capture/derive.py writes them, and how each must come out in LaTeX.
 OPERANDS = {
     "t": "t",
     "x1": "x_{1}",

@@ -10,7 +10,7 @@ names that value (`net.c1` for `c1 = conv1(x)`) or passes it straight on (`conv1
 `c1 = sigmoid(conv1(x))`, shown as `net.c1:conv1`). A module called several times per forward
 makes the hook fire once per call, and each call's entry is checked against that call's value.
 
-`capture_lessons(spec)` is the entry point; it returns plain data (`capture_data.py`).
+`capture_lessons(spec)` is the entry point; it returns plain data (`records/lessons/captures.py`).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The vector-Jacobian-product lesson, computed: what `backward(gradient=v)` and
 `autograd.grad(..., grad_outputs=v)` return, next to the Jacobian they never build.
 
-This module owns the torch side of gradexplain/vjp_data.py. For every backward call with a
+This module owns the torch side of records/lessons/vjp.py. For every backward call with a
 `gradient` and every grad call with `grad_outputs` (calls expected to fail are left to the trace)
 it runs the call on a fresh build and keeps torch's vᵀJ, then computes the Jacobian J
 independently, with torch.func.jacrev on another fresh build where the differentiated tensor is

@@ -1,4 +1,4 @@
-"""The vector-Jacobian-product lesson (gradexplain/vjp_data.py) as text and as markdown.
+"""The vector-Jacobian-product lesson (records/lessons/vjp.py) as text and as markdown.
 
 Both say the same things in the same order: the call and its seed v; what it computes (vᵀJ,
 one number per element of the tensor differentiated with respect to, not the Jacobian J); J
