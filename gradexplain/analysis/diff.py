@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from typing import Literal
 
 from gradexplain.records.diff import ArgRow, CallDiff, Finding, HookDiff, ModuleDiff, unique
-from gradexplain.records.names import canonical_name
+from gradexplain.records.names import canonical_name, op_title
 from gradexplain.records.paths import module_title
 from gradexplain.records.session import Session
 from gradexplain.records.trace import ModuleCall, PassTrace, TensorRecord
@@ -373,7 +373,7 @@ class _Module:
         differing = [call for call in calls if not all(row.same for row in call.rows)]
         if not differing:
             both = _listed(_meanings(calls[0], "legacy"))
-            return (f"legacy and full agree: the operands of {_op(self.last_node or '?')} are "
+            return (f"legacy and full agree: the operands of {op_title(self.last_node or '?')} are "
                     f"{module}'s arguments, in order, so both give {both}; "
                     "register_full_backward_hook is still the one torch documents")
         return self.differs(differing[0])
@@ -382,7 +382,7 @@ class _Module:
         module = module_title(self.module)
         legacy = _meanings(call, "legacy")
         full = _meanings(call, "full")
-        op = _op(self.last_node or "?")
+        op = op_title(self.last_node or "?")
         if call.legacy_seq is None:
             return ("legacy does not fire for every call (see above): use "
                     "register_full_backward_hook")
@@ -437,14 +437,6 @@ def _listed(meanings: list[Meaning | None]) -> str:
     """One derivative as it is; several as a tuple, in hook order."""
     texts = ["None" if meaning is None else meaning.text for meaning in meanings]
     return texts[0] if len(texts) == 1 else f"({', '.join(texts)})"
-
-
-def _op(node: str) -> str:
-    """`SigmoidBackward0` reads as `Sigmoid`."""
-    for suffix in ("Backward0", "Backward1", "Backward2", "Backward3", "Backward4"):
-        if node.endswith(suffix):
-            return node.removesuffix(suffix)
-    return node
 
 
 def _same(left: LabelledArg, right: LabelledArg) -> bool:

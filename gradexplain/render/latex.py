@@ -1,4 +1,5 @@
-"""Unicode formulas (what capture/rules.py and capture/derive.py write) as LaTeX for KaTeX and MathJax.
+"""Unicode formulas (what capture/rules.py and capture/derive.py write) as LaTeX for KaTeX and
+MathJax.
 
 The formulas mix math (`g ⊙ σ(t)(1 − σ(t))`), tensor names (`weightᵀ`, `z:mul`, `y@2`,
 `sum#3`) and prose (`g reshaped to t's shape`). Math symbols map to commands, names go through

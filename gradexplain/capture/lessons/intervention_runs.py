@@ -24,6 +24,7 @@ from gradexplain.capture.build import Built, build, make_tensor, observe
 from gradexplain.capture.trace import grad_outputs
 from gradexplain.language.model import BackwardSpec, GradCall, Intervention, ModelSpec
 from gradexplain.records.lessons.interventions import ChangeKind
+from gradexplain.records.names import HOOK_WRAPPER
 
 Node = Any  # torch.autograd.graph.Node: C++ node classes without a usable static type
 Grads = tuple[torch.Tensor | None, ...]
@@ -120,7 +121,7 @@ class ReplacingHook:
             if kind == "backward":
                 self.node_name = next((node.name() for node in markers), None)
             else:
-                self.node_name = "BackwardHookFunctionBackward"
+                self.node_name = HOOK_WRAPPER
 
     def module_hook(self, module: nn.Module, grad_input: Grads, grad_output: Grads) -> Grads:
         return self.replaced(grad_input, self.current_call())
@@ -226,7 +227,7 @@ def run(spec: ModelSpec, goal: Goal, item: Intervention | None) -> Run:
             finals.setdefault(name, _copy(value))
         wrapped = {name for name, tensor in zip(goal.wrt, inputs, strict=True)
                    if tensor.grad_fn is not None
-                   and tensor.grad_fn.name() == "BackwardHookFunctionBackward"}
+                   and tensor.grad_fn.name() == HOOK_WRAPPER}
         return Run(built, named, tensor_grads, finals, "result", wrapped, error, hook)
 
 

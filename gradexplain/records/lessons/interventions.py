@@ -4,8 +4,8 @@ An intervention is a hook that returns a replacement gradient (the hooks article
 a full backward hook on `Model` that normalizes grad_input to sum to 1). The lesson runs the
 spec's differentiation twice on identical builds, without and with the hook, and records what
 the hook replaced, which gradients changed, a check of every changed leaf gradient against an
-independent vector-Jacobian product, and the rule in words. `capture/lessons/interventions.py` runs it; the renderers
-read only these records, and `gradexplain.records.codec` saves and loads them.
+independent vector-Jacobian product, and the rule in words. `capture/lessons/interventions.py`
+runs it; the renderers read only these records, and `records/codec.py` saves and loads them.
 """
 
 from __future__ import annotations
