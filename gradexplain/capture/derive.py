@@ -69,7 +69,7 @@ def _written_operands(spec: ModelSpec) -> dict[str, tuple[str | None, ...]]:
     """For each step `t = a op b`, the operands as written, by every name of `t`: a number or
     a tensor that needs no gradient has no graph edge, and is named from here instead."""
     found: dict[str, tuple[str | None, ...]] = {}
-    for module in spec.root.walk():
+    for module in spec.root.all_modules():
         for step in module.steps:
             expr = step.assignment.expr
             if isinstance(expr, BinOp) and len(step.targets) == 1:

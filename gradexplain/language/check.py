@@ -72,7 +72,7 @@ class _Checker:
         self.total_elements = 0
         self.module_paths: set[str] = set()
         self.checked_calls: dict[tuple[str, tuple[ValueType, ...]], ValueType] = {}
-        for module in spec.root.walk():
+        for module in spec.root.all_modules():
             self.module_paths.add(module.path)
             for layer in module.layers:
                 self.module_paths.add(module.qualify(layer.name))
@@ -85,7 +85,7 @@ class _Checker:
         )
         input_places = {item.name: item.where for item in spec.inputs}
         self.module_body(spec.root, arg_types, input_places)
-        for module in spec.root.walk():
+        for module in spec.root.all_modules():
             # Modules the forward never calls are still checked for names, with unknown types.
             if not any(key[0] == module.path for key in self.checked_calls):
                 self.module_body(module, tuple(UnknownType() for _ in module.args), {})

@@ -28,7 +28,7 @@ def _leaves(spec: ModelSpec, tensors: Tensors) -> set[str]:
     """The tensors no step computes: inputs, parameters, layer weights, and top-level steps
     that only rename one of them (`y = x`)."""
     leaves = {item.name for item in spec.inputs}
-    for module in spec.root.walk():
+    for module in spec.root.all_modules():
         leaves |= {module.qualify(param.name) for param in module.params}
         for layer in module.layers:
             prefix = module.qualify(layer.name) + "."

@@ -100,11 +100,11 @@ class ModuleSpec:
         """The module-qualified name of something in this module's scope: `module2.t`."""
         return f"{self.path}.{name}" if self.path else name
 
-    def walk(self) -> list[ModuleSpec]:
+    def all_modules(self) -> list[ModuleSpec]:
         """This module and every composite module below it, parents first."""
         result = [self]
         for child in self.modules:
-            result += child.walk()
+            result += child.all_modules()
         return result
 
 
@@ -230,7 +230,7 @@ class ModelSpec:
         return None
 
     def counts(self) -> SpecCounts:
-        modules = self.root.walk()
+        modules = self.root.all_modules()
         parameter_names = {param for module in modules for param in
                            [module.qualify(p.name) for p in module.params]}
         for module in modules:

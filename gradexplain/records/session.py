@@ -60,7 +60,7 @@ class Session:
 def forward_steps(spec: ModelSpec) -> tuple[ForwardStep, ...]:
     """Every module's steps, in the order the modules are declared (the model's own last)."""
     steps: list[ForwardStep] = []
-    for module in spec.root.walk()[1:] + [spec.root]:
+    for module in spec.root.all_modules()[1:] + [spec.root]:
         steps += _module_steps(module)
     return tuple(steps)
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, fields
 from typing import Literal
 
 from gradexplain.records.check import Check, Failure
-from gradexplain.records.lessons.captures import CaptureLesson
+from gradexplain.records.lessons.activations import ActivationLesson
 from gradexplain.records.lessons.interventions import InterventionLesson
 from gradexplain.records.lessons.torch_errors import ErrorExplanation
 from gradexplain.records.lessons.vjp import VjpLesson
@@ -171,9 +171,9 @@ class Lessons:
 
     vjp: tuple[VjpLesson, ...] = ()
     interventions: tuple[InterventionLesson, ...] = ()
-    captures: tuple[CaptureLesson, ...] = ()
+    captures: tuple[ActivationLesson, ...] = ()
 
-    def all(self) -> Iterator[VjpLesson | InterventionLesson | CaptureLesson]:
+    def all(self) -> Iterator[VjpLesson | InterventionLesson | ActivationLesson]:
         """Every lesson computed, in field order (each lists its checks: `checked`)."""
         for field in fields(self):
             yield from getattr(self, field.name)

@@ -8,7 +8,7 @@ rendering `render/lessons/<name>.py`.
 from __future__ import annotations
 
 from gradexplain.language.model import ModelSpec
-from gradexplain.records.lessons.captures import CaptureLesson
+from gradexplain.records.lessons.activations import ActivationLesson
 from gradexplain.records.lessons.interventions import InterventionLesson
 from gradexplain.records.lessons.vjp import VjpLesson
 from gradexplain.records.walk import Lessons
@@ -28,11 +28,11 @@ def lessons_for(spec: ModelSpec) -> Lessons:
         from gradexplain.capture.lessons.interventions import intervention_lessons
 
         interventions = intervention_lessons(spec)
-    captures: tuple[CaptureLesson, ...] = ()
+    captures: tuple[ActivationLesson, ...] = ()
     if spec.captures:
-        from gradexplain.capture.lessons.captures import capture_lessons
+        from gradexplain.capture.lessons.activations import activation_lessons
 
-        captures = capture_lessons(spec)
+        captures = activation_lessons(spec)
     return Lessons(vjp, interventions, captures)
 
 

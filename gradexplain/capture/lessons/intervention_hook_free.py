@@ -384,7 +384,7 @@ class HookFree:
 
     def argument_names(self, count: int) -> list[str]:
         """The hooked module's positional argument names (`x1`, `x2`), for `(g_x1, g_x2)`."""
-        for module in self.spec.root.walk():
+        for module in self.spec.root.all_modules():
             if module.path == self.item.target:
                 names = list(module.args)
                 break

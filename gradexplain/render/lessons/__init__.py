@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from rich.console import Group, RenderableType
 
 from gradexplain.records.walk import Walk
+from gradexplain.render.lessons.activations import activations_markdown, activations_text
 from gradexplain.render.lessons.calls import runs_markdown, runs_text, worth_showing
-from gradexplain.render.lessons.captures import capture_markdown, capture_text
 from gradexplain.render.lessons.interventions import intervention_markdown, intervention_text
 from gradexplain.render.lessons.vjp import vjp_markdown, vjp_text
 from gradexplain.render.markdown import blocks
@@ -46,8 +46,8 @@ LESSONS = (
                lambda walk: intervention_text(walk.lessons.interventions),
                lambda walk, level: intervention_markdown(walk.lessons.interventions, level)),
     LessonView(CAPTURES, lambda walk: bool(walk.lessons.captures),
-               lambda walk: capture_text(walk.lessons.captures),
-               lambda walk, level: capture_markdown(walk.lessons.captures, level)),
+               lambda walk: activations_text(walk.lessons.captures),
+               lambda walk, level: activations_markdown(walk.lessons.captures, level)),
 )
 
 

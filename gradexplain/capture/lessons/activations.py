@@ -1,4 +1,5 @@
-"""The forward-hook capture lesson: the hooks tutorial's class-activation-map pattern, checked.
+"""The activations lesson (a spec's `captures:`): the hooks tutorial's class-activation-map
+pattern of storing activations with a forward hook, checked.
 
 For each `captures:` item of a spec (`save_feat: net.conv1`), on a fresh build: register a forward
 hook on the module that appends its output to a list, exactly as the article's `hook_func` fills
@@ -10,7 +11,8 @@ names that value (`net.c1` for `c1 = conv1(x)`) or passes it straight on (`conv1
 `c1 = sigmoid(conv1(x))`, shown as `net.c1:conv1`). A module called several times per forward
 makes the hook fire once per call, and each call's entry is checked against that call's value.
 
-`capture_lessons(spec)` is the entry point; it returns plain data (`records/lessons/captures.py`).
+`activation_lessons(spec)` is the entry point; it returns plain data
+(`records/lessons/activations.py`).
 """
 
 from __future__ import annotations
@@ -28,18 +30,18 @@ from gradexplain.capture.checks import RECOMPUTED, agreement
 from gradexplain.capture.trace import tensor_value
 from gradexplain.language.expr import BinOp, Call, Expr, Index, Neg, Transpose
 from gradexplain.language.model import Capture, ModelSpec
-from gradexplain.records.lessons.captures import CaptureLesson, ForwardCall, StoredEntry
+from gradexplain.records.lessons.activations import ActivationLesson, ForwardCall, StoredEntry
 from gradexplain.records.trace import TensorValue
 
 Outputs = tuple[torch.Tensor, ...]
 
 
-def capture_lessons(spec: ModelSpec) -> tuple[CaptureLesson, ...]:
+def activation_lessons(spec: ModelSpec) -> tuple[ActivationLesson, ...]:
     """Every capture of `spec`, run as the article does and checked (in spec order)."""
-    return tuple(capture_lesson(spec, capture) for capture in spec.captures)
+    return tuple(activation_lesson(spec, capture) for capture in spec.captures)
 
 
-def capture_lesson(spec: ModelSpec, capture: Capture) -> CaptureLesson:
+def activation_lesson(spec: ModelSpec, capture: Capture) -> ActivationLesson:
     """One capture: hook, forward(s), `handle.remove()`, and the checks."""
     names = output_names(spec, capture.module)
     expected = hook_free_outputs(spec, capture.module)
@@ -70,7 +72,7 @@ def capture_lesson(spec: ModelSpec, capture: Capture) -> CaptureLesson:
                        for forward in forwards)
     errors = [entry.max_abs_err for entry in stored]
     max_abs_err = max(errors, default=0.0) if counts_right else math.inf
-    return CaptureLesson(
+    return ActivationLesson(
         name=capture.name,
         module=capture.module,
         output_names=names,
@@ -96,7 +98,7 @@ def output_names(spec: ModelSpec, module: str) -> tuple[str, ...]:
     if module == "":
         return tuple(spec.root.qualify(name) for name in spec.root.returns)
     names: list[str] = []
-    for owner in spec.root.walk()[1:] + [spec.root]:
+    for owner in spec.root.all_modules()[1:] + [spec.root]:
         callables = {layer.name for layer in owner.layers} | {child.name for child in owner.modules}
         for step in owner.steps:
             expr = step.assignment.expr
@@ -226,5 +228,5 @@ def _value(tensor: torch.Tensor) -> TensorValue:
     return value
 
 
-__all__ = ["capture_lesson", "capture_lessons", "check_entry", "hook_free_outputs",
+__all__ = ["activation_lesson", "activation_lessons", "check_entry", "hook_free_outputs",
            "output_names"]

@@ -20,15 +20,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-import gradexplain.capture.lessons.captures as capture_module
+import gradexplain.capture.lessons.activations as capture_module
 from gradexplain.capture.build import build
-from gradexplain.capture.lessons.captures import capture_lessons, check_entry
+from gradexplain.capture.lessons.activations import activation_lessons, check_entry
 from gradexplain.language import ModelSpec, load_spec, load_spec_text
 from gradexplain.records.codec import from_data, to_data
-from gradexplain.records.lessons.captures import CaptureLesson
+from gradexplain.records.lessons.activations import ActivationLesson
 from gradexplain.records.trace import TensorValue
 from gradexplain.render.console import plain_text
-from gradexplain.render.lessons.captures import capture_markdown, capture_text
+from gradexplain.render.lessons.activations import activations_markdown, activations_text
 from tests.helpers.cli import REPO, SPECS
 from tests.helpers.mdcheck import assert_markdown_well_formed
 
@@ -58,9 +58,9 @@ captures:
 """
 
 
-def flat_text(lessons: list[CaptureLesson]) -> str:
+def flat_text(lessons: list[ActivationLesson]) -> str:
     """The text output with its line wrapping undone, to find sentences in it."""
-    return " ".join(plain_text(capture_text(lessons)).split())
+    return " ".join(plain_text(activations_text(lessons)).split())
 
 
 def tensor_of(value: TensorValue) -> torch.Tensor:
@@ -99,12 +99,13 @@ def cam_spec() -> ModelSpec:
 
 
 @pytest.fixture(scope="module")
-def cam(cam_spec: ModelSpec) -> CaptureLesson:
-    (lesson,) = capture_lessons(cam_spec)
+def cam(cam_spec: ModelSpec) -> ActivationLesson:
+    (lesson,) = activation_lessons(cam_spec)
     return lesson
 
 
-def test_cam_capture_matches_the_article_pattern(cam_spec: ModelSpec, cam: CaptureLesson) -> None:
+def test_cam_capture_matches_the_article_pattern(cam_spec: ModelSpec,
+                                                 cam: ActivationLesson) -> None:
     save_feat, lengths = article_pattern(cam_spec, "net.conv1", 1)
     assert lengths == [1, 1], "after handle.remove() the list does not grow"
     assert (cam.name, cam.module, cam.output_names) == ("save_feat", "net.conv1", ("net.c1",))
@@ -119,7 +120,8 @@ def test_cam_capture_matches_the_article_pattern(cam_spec: ModelSpec, cam: Captu
     assert entry.verified and cam.verified and cam.max_abs_err == entry.max_abs_err < 1e-6
 
 
-def test_stored_activation_is_conv1_of_the_image(cam_spec: ModelSpec, cam: CaptureLesson) -> None:
+def test_stored_activation_is_conv1_of_the_image(cam_spec: ModelSpec,
+                                                 cam: ActivationLesson) -> None:
     built = build(cam_spec)
     conv1 = dict(built.model.named_modules())["net.conv1"]
     assert isinstance(conv1, nn.Conv2d)
@@ -132,7 +134,7 @@ def test_stored_activation_is_conv1_of_the_image(cam_spec: ModelSpec, cam: Captu
 
 def test_without_remove_after_one_forward_and_the_hook_stays() -> None:
     spec = load_spec(SPECS / "cnn_hooks.yaml")
-    (lesson,) = capture_lessons(spec)
+    (lesson,) = activation_lessons(spec)
     save_feat, lengths = article_pattern(spec, "net.conv1", None)
     assert lesson.remove_after is None and not lesson.removed
     assert [(f.hooked, f.fired, f.stored_count, f.removed_after) for f in lesson.forwards] == [
@@ -144,7 +146,7 @@ def test_without_remove_after_one_forward_and_the_hook_stays() -> None:
 
 def test_remove_before_the_first_forward_stores_nothing(cam_spec: ModelSpec) -> None:
     text = (SPECS / "cam_capture.yaml").read_text().replace("remove_after: 1", "remove_after: 0")
-    (lesson,) = capture_lessons(load_spec_text(text))
+    (lesson,) = activation_lessons(load_spec_text(text))
     save_feat, lengths = article_pattern(cam_spec, "net.conv1", 0)
     assert lengths == [0] and save_feat == []
     assert [(f.hooked, f.fired, f.stored_count) for f in lesson.forwards] == [(False, False, 0)]
@@ -155,7 +157,7 @@ def test_remove_before_the_first_forward_stores_nothing(cam_spec: ModelSpec) -> 
 
 def test_a_module_called_several_times_fires_once_per_call() -> None:
     spec = load_spec_text(TWICE)
-    (lesson,) = capture_lessons(spec)
+    (lesson,) = activation_lessons(spec)
     save_feat, lengths = article_pattern(spec, "block.lin", 2)
     assert lengths == [4, 8, 8]
     assert lesson.calls_per_forward == 4
@@ -206,7 +208,7 @@ captures:
 
 
 def test_a_stored_activation_holding_inf_verifies() -> None:
-    (lesson,) = capture_lessons(load_spec_text(LOG_OF_ZERO))
+    (lesson,) = activation_lessons(load_spec_text(LOG_OF_ZERO))
     oracle = torch.log(torch.tensor([0.0, 1.0, 2.0]))
     (entry,) = lesson.stored
     stored = tensor_of(entry.values[0])
@@ -245,11 +247,11 @@ def test_the_lesson_fails_when_the_reference_differs(cam_spec: ModelSpec,
         return [tuple(tensor + 0.5 for tensor in call) for call in real(*args)]
 
     monkeypatch.setattr(capture_module, "hook_free_outputs", shifted)
-    (lesson,) = capture_lessons(cam_spec)
+    (lesson,) = activation_lessons(cam_spec)
     assert not lesson.verified and not lesson.stored[0].verified
     assert lesson.max_abs_err == pytest.approx(0.5, rel=1e-5)
-    assert "✗ FAILED" in plain_text(capture_text([lesson]))
-    assert "✗ FAILED" in capture_markdown([lesson], 2)
+    assert "✗ FAILED" in plain_text(activations_text([lesson]))
+    assert "✗ FAILED" in activations_markdown([lesson], 2)
 
 
 def test_the_lesson_fails_when_the_counts_differ(cam_spec: ModelSpec,
@@ -260,18 +262,18 @@ def test_the_lesson_fails_when_the_counts_differ(cam_spec: ModelSpec,
         return real(*args) * 2
 
     monkeypatch.setattr(capture_module, "hook_free_outputs", twice)
-    (lesson,) = capture_lessons(cam_spec)
+    (lesson,) = activation_lessons(cam_spec)
     assert not lesson.verified and lesson.max_abs_err == math.inf
     assert "the entries per forward differ" in flat_text([lesson])
 
 
-def test_lessons_survive_json(cam: CaptureLesson) -> None:
+def test_lessons_survive_json(cam: ActivationLesson) -> None:
     data = json.loads(json.dumps(to_data(cam), allow_nan=False))
-    assert from_data(CaptureLesson, data) == cam
+    assert from_data(ActivationLesson, data) == cam
 
 
-def test_text_says_what_was_stored_and_what_remove_did(cam: CaptureLesson) -> None:
-    shown = plain_text(capture_text([cam]), width=100)
+def test_text_says_what_was_stored_and_what_remove_did(cam: ActivationLesson) -> None:
+    shown = plain_text(activations_text([cam]), width=100)
     assert all(len(line) <= 100 for line in shown.splitlines())
     flat = flat_text([cam])
     assert ("a forward hook on net.conv1 stored its output (1, 4, 8, 8) in save_feat: the "
@@ -280,11 +282,11 @@ def test_text_says_what_was_stored_and_what_remove_did(cam: CaptureLesson) -> No
             "1 tensor") in flat
     assert "save_feat[0]" in shown and "[1, 4, 8, 8] min" in shown, "128 values: summarised"
     assert "✓ every entry equals net.c1 of a hook-free run" in flat
-    assert plain_text(capture_text([])) == ""
+    assert plain_text(activations_text([])) == ""
 
 
-def test_markdown_is_well_formed(cam: CaptureLesson) -> None:
-    text = capture_markdown([cam], 2)
+def test_markdown_is_well_formed(cam: ActivationLesson) -> None:
+    text = activations_markdown([cam], 2)
     assert_markdown_well_formed(text)
     assert text.startswith("## Forward-hook captures\n")
     assert "\n### save_feat = forward hook on net.conv1" in text
@@ -292,13 +294,13 @@ def test_markdown_is_well_formed(cam: CaptureLesson) -> None:
             "activation at an intermediate layer, as CAM needs") in text
     assert "after handle.remove() the 2nd forward did not call the hook" in text
     assert "| 2 | removed | 0 | 1 |" in text
-    assert capture_markdown([], 2) == ""
-    twice = capture_lessons(load_spec_text(TWICE))
-    assert_markdown_well_formed(capture_markdown([*twice, cam], 5))
+    assert activations_markdown([], 2) == ""
+    twice = activation_lessons(load_spec_text(TWICE))
+    assert_markdown_well_formed(activations_markdown([*twice, cam], 5))
 
 
 def test_the_renderers_do_not_import_torch() -> None:
-    code = ("import sys; import gradexplain.render.lessons.captures; "
+    code = ("import sys; import gradexplain.render.lessons.activations; "
             "assert 'torch' not in sys.modules, 'torch imported'")
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
                           text=True, timeout=60, check=False)

@@ -1,9 +1,10 @@
-"""What the forward-hook capture lesson found, as plain frozen dataclasses. No torch here.
+"""What the activations lesson found (a spec's `captures:`: activations stored by a forward hook),
+as plain frozen dataclasses. No torch here.
 
 The lesson is the class-activation-map pattern of the hooks tutorial: a forward hook on an
 intermediate module appends that module's output to a list (the article's `save_feat`), and the
 user removes the hook with `handle.remove()` once the activation is stored.
-`capture/lessons/captures.py` runs it; the renderers read only these records, and
+`capture/lessons/activations.py` runs it; the renderers read only these records, and
 `records/codec.py` saves and loads them.
 """
 
@@ -54,7 +55,7 @@ class StoredEntry:
 
 
 @dataclass(frozen=True)
-class CaptureLesson:
+class ActivationLesson:
     """One `captures:` item run as the article does, and checked against a hook-free run.
 
     `output_names` are the module-qualified names the steps calling the module give its output
@@ -92,4 +93,4 @@ class CaptureLesson:
 
 
 
-__all__ = ["CaptureLesson", "ForwardCall", "StoredEntry"]
+__all__ = ["ActivationLesson", "ForwardCall", "StoredEntry"]

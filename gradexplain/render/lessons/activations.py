@@ -1,4 +1,5 @@
-"""The forward-hook capture lesson (the CAM pattern), as text and as markdown. No torch here.
+"""The activations lesson (a spec's `captures:`, the CAM pattern), as text and as markdown.
+No torch here.
 
 Both say the same things in the same words: what the hook stored and why CAM wants it, one row
 per forward call (did the hook fire, how many entries, the list's length after it, where
@@ -17,7 +18,7 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from gradexplain.records.lessons.captures import CaptureLesson, ForwardCall, StoredEntry
+from gradexplain.records.lessons.activations import ActivationLesson, ForwardCall, StoredEntry
 from gradexplain.records.numbers import fmt, fmt_value
 from gradexplain.render.markdown import blocks, bold, bullets, code, escape, heading, table
 
@@ -28,7 +29,7 @@ FORWARD_HEADERS = ("forward", "hook", "appended", "len({name}) after", "then")
 ENTRY_HEADERS = ("entry", "from", "value", "check")
 
 
-def capture_text(lessons: Sequence[CaptureLesson]) -> RenderableType:
+def activations_text(lessons: Sequence[ActivationLesson]) -> RenderableType:
     """Every capture lesson as rich renderables (an empty Group when the spec has none)."""
     if not lessons:
         return Group()
@@ -39,7 +40,7 @@ def capture_text(lessons: Sequence[CaptureLesson]) -> RenderableType:
     return Group(*parts)
 
 
-def capture_markdown(lessons: Sequence[CaptureLesson], level: int) -> str:
+def activations_markdown(lessons: Sequence[ActivationLesson], level: int) -> str:
     """Every capture lesson as GitHub markdown: a section with its heading at `level`, one
     subsection per capture; "" when the spec has none."""
     if not lessons:
@@ -52,14 +53,14 @@ def capture_markdown(lessons: Sequence[CaptureLesson], level: int) -> str:
 
 # The sentences, shared by both renderers.
 
-def title(lesson: CaptureLesson) -> str:
+def title(lesson: ActivationLesson) -> str:
     """`save_feat = forward hook on net.conv1, handle.remove() after 1 forward`."""
     removal = ("never removed by the user" if lesson.remove_after is None
                else f"handle.remove() after {_count(lesson.remove_after, 'forward')}")
     return f"{lesson.name} = forward hook on {_module(lesson.module)}, {removal}"
 
 
-def stored_sentence(lesson: CaptureLesson) -> str:
+def stored_sentence(lesson: ActivationLesson) -> str:
     """What the hook stored, and why CAM wants it."""
     module = _module(lesson.module)
     if lesson.output_shape is None:
@@ -76,7 +77,7 @@ def stored_sentence(lesson: CaptureLesson) -> str:
     return sentence
 
 
-def removal_sentence(lesson: CaptureLesson) -> str:
+def removal_sentence(lesson: ActivationLesson) -> str:
     """What the forward after `handle.remove()` shows (or that the handle was never removed)."""
     name = lesson.name
     if lesson.remove_after is None or not lesson.forwards:
@@ -95,7 +96,7 @@ def removal_sentence(lesson: CaptureLesson) -> str:
             f"{_count(last.stored_count, 'tensor')}")
 
 
-def check_sentence(lesson: CaptureLesson) -> str:
+def check_sentence(lesson: ActivationLesson) -> str:
     """The verdict over the counts and every entry, against the hook-free run."""
     names = ", ".join(lesson.output_names) or "nothing"
     if lesson.verified:
@@ -121,7 +122,7 @@ def hook_state(forward: ForwardCall) -> str:
     return "fired" if forward.entries == 1 else f"fired {fmt(forward.entries)} times"
 
 
-def entry_source(entry: StoredEntry, lesson: CaptureLesson) -> str:
+def entry_source(entry: StoredEntry, lesson: ActivationLesson) -> str:
     where = f"forward {fmt(entry.forward)}"
     if lesson.calls_per_forward > 1:
         where += f", call {fmt(entry.call + 1)}"
@@ -136,7 +137,7 @@ def entry_check(entry: StoredEntry) -> str:
 
 # Text.
 
-def _lesson_text(lesson: CaptureLesson) -> RenderableType:
+def _lesson_text(lesson: ActivationLesson) -> RenderableType:
     mark = Text(" ✓", style="green") if lesson.verified else Text(" ✗ FAILED", style="bold red")
     parts: list[RenderableType] = [Text.assemble((title(lesson), "bold cyan"), mark)]
     body: list[RenderableType] = [Text(stored_sentence(lesson))]
@@ -168,7 +169,7 @@ def _lesson_text(lesson: CaptureLesson) -> RenderableType:
 
 # Markdown.
 
-def _lesson_markdown(lesson: CaptureLesson, level: int) -> str:
+def _lesson_markdown(lesson: ActivationLesson, level: int) -> str:
     forwards = table(
         [escape(header.format(name=lesson.name)) for header in FORWARD_HEADERS],
         [[fmt(forward.number), escape(hook_state(forward)), fmt(forward.entries),
@@ -222,5 +223,5 @@ def _ordinal(number: int) -> str:
     return f"{fmt(number)}{suffix}"
 
 
-__all__ = ["capture_markdown", "capture_text", "check_sentence", "removal_sentence",
+__all__ = ["activations_markdown", "activations_text", "check_sentence", "removal_sentence",
            "stored_sentence", "title"]

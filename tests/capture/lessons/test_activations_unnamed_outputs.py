@@ -20,9 +20,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from gradexplain.capture.build import build
-from gradexplain.capture.lessons.captures import capture_lessons, hook_free_outputs
+from gradexplain.capture.lessons.activations import activation_lessons, hook_free_outputs
 from gradexplain.language import ModelSpec, load_spec_text
-from gradexplain.records.lessons.captures import CaptureLesson
+from gradexplain.records.lessons.activations import ActivationLesson
 from tests.helpers.cli import run_cli
 from tests.helpers.walkjson import (
     JSON,
@@ -102,13 +102,13 @@ def plain_hook_outputs(spec: ModelSpec, module: str, forwards: int = 1) -> list[
     return stored
 
 
-def stored_tensor(lesson: CaptureLesson, index: int) -> torch.Tensor:
+def stored_tensor(lesson: ActivationLesson, index: int) -> torch.Tensor:
     value = lesson.stored[index].values[0].value
     assert value is not None
     return torch.tensor(value, dtype=torch.float64)
 
 
-def expected_tensor(lesson: CaptureLesson, index: int) -> torch.Tensor:
+def expected_tensor(lesson: ActivationLesson, index: int) -> torch.Tensor:
     expected = lesson.stored[index].expected
     assert expected is not None and expected.value is not None
     return torch.tensor(expected.value, dtype=torch.float64)
@@ -120,7 +120,7 @@ def close(got: torch.Tensor, want: torch.Tensor) -> bool:
 
 def test_capture_of_an_unnamed_layer_output_is_verified() -> None:
     spec = load_spec_text(CAPTURE_UNNAMED)
-    (lesson,) = capture_lessons(spec)
+    (lesson,) = activation_lessons(spec)
     assert lesson.verified, lesson
     assert lesson.calls_per_forward == 1 and lesson.output_shape == (1, 1, 2, 2)
     assert lesson.output_names == ("net.c1:conv1",)
@@ -164,7 +164,7 @@ def test_the_fuzzer_capture_spec_walks_clean(tmp_path: Path) -> None:
 
 def test_capture_in_a_nested_module_called_twice_per_forward() -> None:
     spec = load_spec_text(CAPTURE_NESTED)
-    feats, blocks = capture_lessons(spec)
+    feats, blocks = activation_lessons(spec)
     hooked = plain_hook_outputs(spec, "net.block.conv")
     assert len(hooked) == 2, "torch: the hook fires once per call of block"
     assert feats.verified and feats.calls_per_forward == 2
@@ -196,7 +196,7 @@ def test_capture_in_a_nested_module_called_twice_per_forward() -> None:
 
 def test_a_layer_applied_to_its_own_output_in_one_step() -> None:
     spec = load_spec_text(CAPTURE_TWICE_IN_ONE_STEP)
-    (lesson,) = capture_lessons(spec)
+    (lesson,) = activation_lessons(spec)
     hooked = plain_hook_outputs(spec, "net.lin")
     assert len(hooked) == 2
     assert lesson.verified and lesson.calls_per_forward == 2
@@ -216,7 +216,7 @@ def test_a_wrong_reference_for_an_unnamed_call_still_fails(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The check is not vacuous for an unnamed call: against the step's value (sigmoid of the
     layer output, what a lookup by step name would find) every entry fails."""
-    import gradexplain.capture.lessons.captures as capture_module
+    import gradexplain.capture.lessons.activations as capture_module
 
     spec = load_spec_text(CAPTURE_UNNAMED)
     real = capture_module.hook_free_outputs
@@ -225,5 +225,5 @@ def test_a_wrong_reference_for_an_unnamed_call_still_fails(
         return [tuple(torch.sigmoid(tensor) for tensor in call) for call in real(*args)]
 
     monkeypatch.setattr(capture_module, "hook_free_outputs", the_step)
-    (lesson,) = capture_lessons(spec)
+    (lesson,) = activation_lessons(spec)
     assert not lesson.verified and not lesson.stored[0].verified
