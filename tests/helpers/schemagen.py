@@ -6,9 +6,9 @@ A document has two kinds of parts. The contract parts of `gradexplain.walk/1` an
 json_diff.py build by hand, so their schema is written by hand here, key by key. Everything
 else (walk's `runs`, `lessons` and `firing_order`, and the whole `gradexplain.session/2`) is
 `codec.to_data` of frozen dataclasses, so its schema is derived from the dataclasses' type
-hints, case by case as `codec.from_data` decodes them. tests/schemas/test_schemas.py checks
-the shipped files equal `render(...)` of what is built here; `python -m pytest --update-golden`
-rewrites them.
+hints, case by case as `codec.from_data` decodes them. tests/schemas/test_schemas_shipped.py
+checks the shipped files equal `render(...)` of what is built here; `python -m pytest
+--update-golden` rewrites them.
 """
 
 from __future__ import annotations

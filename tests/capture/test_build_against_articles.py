@@ -9,7 +9,8 @@ Random values (randn/rand inputs, torch.nn default layer init) are reproduced by
 copying the built tensors: `_seeded(seed)` forks the global RNG and calls torch.manual_seed(seed),
 then the plain code creates the inputs and the layers in spec order, just as the articles do after
 a manual_seed. That the plain leaves come out bit-identical (torch.equal) to the built ones is
-itself checked in each test.
+itself checked in each test. test_build_determinism.py checks that build() makes the same
+tensors every time, for every spec.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import pytest
 import torch
 from torch import nn
 from torch.nn.parameter import Parameter
@@ -30,26 +30,6 @@ from tests.helpers.articles import MyModule, MyModule2
 from tests.helpers.capture import run_forward
 
 SPECS = Path(__file__).resolve().parent.parent.parent / "specs"
-SPEC_NAMES = (
-    "two_modules",
-    "matrix_chain",
-    "vector_backward",
-    "add_hooks",
-    "mul_param",
-    "multi_output",
-    "cnn_hooks",
-    "embedding",
-)
-# The lesson specs of issue 5, each tested against plain torch by its lesson's tests.
-LESSON_SPECS = (
-    "scalar_only",
-    "second_backward",
-    "no_grad_backward",
-    "column_backward",
-    "intervene_legacy",
-    "wrong_replacement",
-    "cam_capture",
-)
 
 
 def _load(name: str) -> tuple[ModelSpec, Built]:
@@ -483,33 +463,3 @@ def test_embedding_matches_plain_layer_and_rows() -> None:
     expected[1] = torch.tensor([8.0, 10.0, 12.0])  # c[0] + c[2]: row 1 looked up twice
     expected[3] = torch.tensor([4.0, 5.0, 6.0])  # c[1]
     assert torch.equal(_grad(weight), expected)
-
-
-# --- build(): deterministic and leaves the caller's RNG alone -------------------------------------
-
-
-@pytest.mark.parametrize("name", SPEC_NAMES + LESSON_SPECS)
-def test_build_is_deterministic_and_keeps_global_rng(name: str) -> None:
-    spec = load_spec(SPECS / f"{name}.yaml")
-    torch.manual_seed(1234)
-    before = torch.get_rng_state()
-    first = build(spec)
-    after = torch.get_rng_state()
-    assert torch.equal(before, after)
-    torch.manual_seed(98765)  # a different caller state must not change what build() makes
-    second = build(spec)
-
-    one, two = first.leaves(), second.leaves()
-    assert list(one) == list(two)
-    assert len(one) >= 1
-    for key in one:
-        assert one[key] is not two[key]
-        assert one[key].dtype == two[key].dtype, key
-        assert torch.equal(one[key], two[key]), key
-    out_one, _ = run_forward(first)
-    out_two, _ = run_forward(second)
-    assert torch.equal(out_one, out_two)
-
-
-def test_specs_dir_has_exactly_the_tested_specs() -> None:
-    assert sorted(path.stem for path in SPECS.glob("*.yaml")) == sorted(SPEC_NAMES + LESSON_SPECS)
