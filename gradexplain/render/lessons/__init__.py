@@ -1,7 +1,8 @@
 """The lessons a spec asks for beyond the hook walk, composed in one place for walk and report:
 the calls in order (with `.grad` around each and torch's errors explained), vector-Jacobian
-products, interventions and forward-hook captures. Each part is rendered by its own module; this
-one only decides what to show and in which order. No torch here.
+products, interventions and the activations forward hooks stored. Each is rendered by its own
+module (named as the lesson's records and capture modules); `LESSONS`, one row a lesson, decides
+what to show and in which order. No torch here.
 """
 
 from __future__ import annotations
