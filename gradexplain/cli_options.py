@@ -1,5 +1,6 @@
 """The command line's options and arguments, each declared once with its help text, for the
-commands in `cli.py` to share. Declarations only: nothing here parses, runs or prints.
+commands in `cli.py` to share, and `run_options`, the parsed run options as plain values.
+Nothing here runs a model or prints.
 """
 
 from __future__ import annotations
