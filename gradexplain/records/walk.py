@@ -15,6 +15,7 @@ from gradexplain.records.lessons.interventions import InterventionLesson
 from gradexplain.records.lessons.torch_errors import ErrorExplanation
 from gradexplain.records.lessons.vjp import VjpLesson
 from gradexplain.records.names import Naming
+from gradexplain.records.paths import module_title
 from gradexplain.records.trace import HookKind, Mode, Phase, RunError, TensorValue
 
 Layout = Literal["as-is", "transposed", "reshaped", "summed"]
@@ -241,8 +242,7 @@ class Walk:
 
 
 def _event_where(event: LabelledEvent, arg: str) -> str:
-    target = event.target if event.target else "<model>"
-    return f"#{event.seq} {event.hook} {target} {arg}"
+    return f"#{event.seq} {event.hook} {module_title(event.target)} {arg}"
 
 
 __all__ = ["Check", "Derivation", "DerivationLine", "Failure", "FinalGrad", "LabelledArg",

@@ -12,9 +12,9 @@ from rich.table import Table
 from rich.text import Text
 
 from gradexplain.analysis.order import FiringOrder, OrderStep
+from gradexplain.records.paths import module_title
 from gradexplain.render.markdown import blocks, bold, bullets, code, escape, heading, table
 
-MODEL = "<model>"  # the top-level module, whose path is ""
 ORDER_HEADERS = ("#", "hook", "on", "node", "rule")
 OUT_OF_ORDER = "✗ out of order"
 
@@ -100,11 +100,11 @@ def _legend_text(order: FiringOrder, numbers: dict[str, int]) -> RenderableType:
 
 
 def _target(step: OrderStep) -> str:
-    return step.target or MODEL
+    return module_title(step.target)
 
 
 def _target_markdown(step: OrderStep) -> str:
-    return code(step.target) if step.target else escape(MODEL)
+    return code(step.target) if step.target else escape(module_title(""))
 
 
 def _node(step: OrderStep) -> str:

@@ -19,6 +19,7 @@ from rich.text import Text
 
 from gradexplain.records.names import Naming
 from gradexplain.records.numbers import fmt, fmt_value
+from gradexplain.records.paths import module_title
 from gradexplain.records.trace import TensorValue
 from gradexplain.records.walk import (
     Check,
@@ -121,7 +122,7 @@ def _pass(walk_pass: PassWalk, collapse: bool) -> RenderableType:
 def _event(event: LabelledEvent) -> RenderableType:
     """`12 backward module2 on SigmoidBackward0`, then one row per argument."""
     head = Text.assemble((f"{event.seq:>3} ", "dim"), (event.hook, "bold"), " ",
-                         (event.target if event.target else "<model>", "cyan"))
+                         (module_title(event.target), "cyan"))
     if event.node:
         head.append(f" on {display_node(event.node)}")
     rows = Table.grid(padding=(0, 2))

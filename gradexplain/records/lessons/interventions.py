@@ -17,6 +17,7 @@ from typing import Literal
 
 from gradexplain.language.model import ActionKind, InterventionHook
 from gradexplain.records.check import Check, Failure
+from gradexplain.records.paths import module_title
 from gradexplain.records.trace import TensorValue
 
 # "tensor": a named tensor's gradient, seen by a tensor hook; "leaf": a leaf's final `.grad`
@@ -113,7 +114,7 @@ class InterventionLesson:
     def checked(self) -> Iterator[Failure]:
         """The lesson's checks as checks of the walk: a call torch refused that the spec did not
         expect fails; the replacement's share adding up is checked when it was computed."""
-        where = f"intervention {self.action} on {self.hook} {self.target or '<model>'}"
+        where = f"intervention {self.action} on {self.hook} {module_title(self.target)}"
         if self.error is not None and not self.expected_error:
             yield Failure(None, where, f"torch raised: {self.error}", Check(False, math.inf, None))
         if self.verified is not None:
