@@ -23,15 +23,9 @@ from tests.helpers.pycli import (
     PYMODELS,
     Background,
     assert_one_error_line,
-    in_process,
     started,
 )
 from tests.helpers.pyoracle import torch_model
-
-
-@pytest.fixture
-def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> CLI:
-    return in_process(capsys, monkeypatch)
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -25,7 +25,6 @@ from tests.helpers.pycli import (
     CLI,
     PYMODELS,
     Background,
-    in_process,
     json_event,
     started,
     walk_json,
@@ -39,11 +38,6 @@ from tests.helpers.pyoracle import (
     torch_inputs,
     torch_model,
 )
-
-
-@pytest.fixture
-def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> CLI:
-    return in_process(capsys, monkeypatch)
 
 
 @pytest.fixture(scope="module", autouse=True)

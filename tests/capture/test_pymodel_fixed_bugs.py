@@ -15,16 +15,10 @@ from tests.helpers.pycli import (
     CLI,
     PYMODELS,
     assert_one_error_line,
-    in_process,
     walk_json,
     without_spec,
 )
 from tests.helpers.pyoracle import explained, seeded, torch_model
-
-
-@pytest.fixture
-def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> CLI:
-    return in_process(capsys, monkeypatch)
 
 
 @pytest.fixture(scope="module")

@@ -29,17 +29,11 @@ from tests.helpers.pycli import (
     CLI,
     PYMODELS,
     Background,
-    in_process,
     started,
     walk_json,
     without_spec,
 )
 from tests.helpers.pyoracle import explained, input_names, seeded, torch_inputs, torch_model
-
-
-@pytest.fixture
-def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> CLI:
-    return in_process(capsys, monkeypatch)
 
 
 @pytest.fixture(scope="module", autouse=True)

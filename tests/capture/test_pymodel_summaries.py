@@ -15,13 +15,8 @@ import pytest
 
 from gradexplain.api import explain
 from tests.helpers import pymodels
-from tests.helpers.pycli import CLI, PYMODELS, in_process, json_event, walk_json
+from tests.helpers.pycli import CLI, PYMODELS, json_event, walk_json
 from tests.helpers.pyoracle import torch_inputs, torch_model
-
-
-@pytest.fixture
-def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> CLI:
-    return in_process(capsys, monkeypatch)
 
 
 def test_thirty_blocks_walk_with_every_check_verified_and_summaries(cli: CLI) -> None:
