@@ -18,12 +18,12 @@ The result is a claim (`Meaning`) and how to compute it independently (`Site`); 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gradexplain.records.graph import Edge, GraphView, Position
 from gradexplain.records.names import Naming, canonical_name
 from gradexplain.records.trace import Arg, Event, ModuleCall, PassTrace, Run
-from gradexplain.records.walk import Layout, Meaning
+from gradexplain.records.walk import Layout, Meaning, Use
 
 # Nodes whose output is a view of their single input: (kind, layout word).
 VIEWS = {
@@ -43,17 +43,11 @@ Ranked = tuple[int, int]
 
 @dataclass(frozen=True)
 class Site:
-    """How to compute a label's claim in the hook-free run: the gradient at `position` (or only
-    the sum over `edges`), transposed `transposes` times, reshaped to the argument if `reshape`.
-    `runs` lists the backward calls a `.grad` has summed; `zeros` is a full hook's zero tensor."""
+    """Where a claim is evaluated: the backward or grad call whose gradients it is about.
+    Everything else the check needs is in the claim itself (`Meaning`), never the edges the
+    labeller followed."""
 
     run: int
-    position: Ranked | None
-    edges: frozenset[Ranked] | None = None
-    transposes: int = 0
-    reshape: bool = False
-    zeros: bool = False
-    runs: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -82,6 +76,7 @@ def label_pass(trace: PassTrace, naming: Naming) -> tuple[GraphView, list[EventL
 class _Labeller:
     def __init__(self, trace: PassTrace, naming: Naming) -> None:
         self.naming = naming
+        self.arg_shape: tuple[int, ...] = ()  # the argument being labelled
         self.trace = trace
         self.view = GraphView(trace)
         self.reachable: dict[int, set[str]] = {
@@ -131,6 +126,7 @@ class _Labeller:
             return NO_LABEL
         name, index = _split(arg.name)
         hook, node = event.hook, event.node_id
+        self.arg_shape = arg.value.shape
         if hook == "tensor":
             record = self.trace.named(event.target)
             return self.whole(run, self.view.raw_position(record.index if record else None))
@@ -237,7 +233,7 @@ class _Labeller:
         label = self.whole(run, self.view.raw_position(record.index if record else None))
         if label.site is None or label.meaning is None:
             return label
-        runs = [earlier.index for earlier in self.trace.summed_runs(run.index)]
+        runs = tuple(earlier.index for earlier in self.trace.summed_runs(run.index))
         meaning = label.meaning
         if len(runs) > 1:
             text = (f"{self.naming.short(leaf)}.grad = Σ of {len(runs)} backward calls' "
@@ -245,10 +241,8 @@ class _Labeller:
             latex = rf"\sum_{{{len(runs)}\ \mathrm{{calls}}}} {meaning.latex}"
         else:
             text, latex = f"{self.naming.short(leaf)}.grad = {meaning.text}", meaning.latex
-        return Label(Meaning(meaning.of, meaning.wrt, meaning.aliases, meaning.layout, text,
-                             latex, meaning.partial),
-                     Site(run.index, label.site.position, label.site.edges,
-                          zeros=label.site.zeros, runs=tuple(runs)))
+        return Label(replace(meaning, text=text, latex=latex,
+                             runs=runs if len(runs) > 1 else ()), label.site)
 
     def wrapper_zeros(self, run: Run, node: str, rank: int) -> Label:
         """A full hook's input wrapper passes zeros for an input that does not require grad."""
@@ -310,8 +304,9 @@ class _Labeller:
         short, latex = self.naming.short(wrt), self.naming.latex
         meaning = Meaning(run.of, wrt, _aliases(names, wrt), "as-is",
                           f"∂{run.of}/∂{short} = 0 ({why})",
-                          rf"\frac{{\partial {latex(run.of)}}}{{\partial {latex(short)}}} = 0")
-        return Label(meaning, Site(run.index, None, zeros=True))
+                          rf"\frac{{\partial {latex(run.of)}}}{{\partial {latex(short)}}} = 0",
+                          kind="zero")
+        return Label(meaning, Site(run.index))
 
     def describe(self, run: Run, position: Position, edges: frozenset[Edge] | None) -> Label:
         """Name the tensor at `position`, through views if it has no name of its own."""
@@ -320,7 +315,7 @@ class _Labeller:
         reachable = self.reachable.get(run.index, set())
         if edges is not None and edges >= self.view.consumers_within(position, reachable):
             edges = None
-        transposes, reshaped, summed = 0, False, False
+        transposes, reshaped, expand = 0, False, None
         direction = ""
         for _ in range(16):
             if self.view.names.get(position) or edges is not None:
@@ -330,7 +325,7 @@ class _Labeller:
             below = self.view.resolve(node.next[0] if node.next else None)
             if kind is not None and below is not None and direction != "up":
                 if kind == "expand":
-                    summed = True
+                    expand = node.id
                     position = below
                     break
                 direction = "down"
@@ -352,47 +347,96 @@ class _Labeller:
                     position = (user, 0)
                     continue
             break
-        return self.meaning(run, position, edges, transposes, reshaped, summed)
+        return self.meaning(run, position, edges, transposes, reshaped, expand)
 
     def meaning(self, run: Run, position: Position, edges: frozenset[Edge] | None,
-                transposes: int, reshaped: bool, summed: bool) -> Label:
+                transposes: int, reshaped: bool, expand: str | None) -> Label:
+        """The claim for the gradient at `position` (only along `edges`, if given), seen
+        through the views the describing walked, and its text, rendered from the claim."""
         names = self.view.names.get(position, [])
         wrt = _canonical(names) if names else self.view.synthetic_name(position)
-        layout: Layout = ("summed" if summed else "reshaped" if reshaped
+        layout: Layout = ("summed" if expand else "reshaped" if reshaped
                           else "transposed" if transposes % 2 else "as-is")
-        short, of = self.naming.short(wrt), run.of
-        text = f"∂{of}/∂{short}"
-        latex = rf"\frac{{\partial {self.naming.latex(of)}}}{{\partial {self.naming.latex(short)}}}"
-        if run.seed is not None:
-            # With a seed v (backward's `gradient`, grad's `grad_outputs`) what flows is the
-            # vector-Jacobian product vᵀ·J, not the derivative J itself.
-            text, latex = f"vᵀ·{text}", rf"v^{{\top}} {latex}"
-        partial = None
-        if edges is not None:
-            partial = ", ".join(sorted({self.naming.short(self.output_name(node))
-                                        for node, _ in edges}))
-            text += f" (only the part via {partial})"
-            latex += rf"\Big|_{{\mathrm{{via}}\ {self.naming.latex(partial.split(', ')[0])}}}"
-        if layout == "transposed":
-            text, latex = f"({text})ᵀ", rf"\left({latex}\right)^{{\top}}"
-        elif layout == "reshaped":
-            text, latex = f"{text}, reshaped", rf"\operatorname{{reshape}}\left({latex}\right)"
-        elif layout == "summed":
-            text += ", before summing over the broadcast dims"
-        rank = self.view.rank
-        site = Site(
-            run.index,
-            (rank[position[0]], position[1]),
-            None if edges is None else frozenset((rank[node], number) for node, number in edges),
-            transposes, reshaped,
-        )
-        if summed:
-            site = Site(run.index, site.position)
-        return Label(Meaning(of, wrt, _aliases(names, wrt), layout, text, latex, partial), site)
+        via = self.uses(position, edges, run)
+        summed_dims: tuple[int, ...] = ()
+        if expand is not None:
+            # The value is the gradient of wrt expanded: "only the part via" that expand when
+            # wrt has other uses too.
+            share = frozenset({(expand, 0)})
+            restricted = share < self.view.consumers_within(
+                position, self.reachable.get(run.index, set()))
+            via = (Use(self.output_name(expand)),) if restricted else ()
+            record = self.trace.named(wrt)
+            summed_dims = _broadcast_dims(record.shape if record else None, self.arg_shape)
+        meaning = Meaning(run.of, wrt, _aliases(names, wrt), layout, "", "", None,
+                          via=via, summed_dims=summed_dims)
+        text, latex, partial = claim_text(meaning, self.naming, run.seed is not None)
+        return Label(replace(meaning, text=text, latex=latex, partial=partial), Site(run.index))
+
+    def uses(self, position: Position, edges: frozenset[Edge] | None,
+             run: Run) -> tuple[Use, ...]:
+        """The uses `edges` are of the tensor at `position`: one per op, narrowed to operands
+        where the op reads the tensor more often than the edges say."""
+        if edges is None:
+            return ()
+        every = self.view.consumers_within(position, self.reachable.get(run.index, set()))
+        found: list[Use] = []
+        for node in sorted({node for node, _ in edges}, key=lambda item: self.view.rank[item]):
+            claimed = sorted(number for user, number in edges if user == node)
+            reads = sorted(number for user, number in every | edges if user == node)
+            name = self.output_name(node)
+            if claimed == reads:
+                found.append(Use(name))
+            else:
+                found.extend(Use(name, number) for number in claimed)
+        return tuple(found)
 
     def output_name(self, node: str) -> str:
         names = self.view.names.get((node, 0))
         return _canonical(names) if names else self.view.synthetic_name((node, 0))
+
+
+def claim_text(meaning: Meaning, naming: Naming, seeded: bool) -> tuple[str, str, str | None]:
+    """A derivative claim as text, LaTeX and its restriction (`partial`), from the claim alone."""
+    short, of = naming.short(meaning.wrt), meaning.of
+    text = f"∂{of}/∂{short}"
+    latex = rf"\frac{{\partial {naming.latex(of)}}}{{\partial {naming.latex(short)}}}"
+    if seeded:
+        # With a seed v (backward's `gradient`, grad's `grad_outputs`) what flows is the
+        # vector-Jacobian product vᵀ·J, not the derivative J itself.
+        text, latex = f"vᵀ·{text}", rf"v^{{\top}} {latex}"
+    restriction = meaning.via
+    partial = None
+    if restriction:
+        partial = ", ".join(_use_text(use, naming) for use in restriction)
+        text += f" (only the part via {partial})"
+        latex += rf"\Big|_{{\mathrm{{via}}\ {naming.latex(restriction[0].by)}}}"
+    if meaning.layout == "transposed":
+        text, latex = f"({text})ᵀ", rf"\left({latex}\right)^{{\top}}"
+    elif meaning.layout == "reshaped":
+        text, latex = f"{text}, reshaped", rf"\operatorname{{reshape}}\left({latex}\right)"
+    elif meaning.layout == "summed":
+        dims = ", ".join(str(dim) for dim in meaning.summed_dims) or "the broadcast dims"
+        word = "dim" if len(meaning.summed_dims) == 1 else "dims"
+        text += f", before summing over {word} {dims} ({short} expanded)"
+    return text, latex, partial
+
+
+def _use_text(use: Use, naming: Naming) -> str:
+    """`m`, or `m's operand 0` for one operand's share where the op reads the tensor twice."""
+    by = naming.short(use.by)
+    if use.operand is None:
+        return by
+    return f"{by}'s operand {use.operand}"
+
+
+def _broadcast_dims(small: tuple[int, ...] | None, large: tuple[int, ...]) -> tuple[int, ...]:
+    """The dims of `large` that expanding `small` to it broadcast along."""
+    if small is None:
+        return ()
+    extra = len(large) - len(small)
+    return tuple(dim for dim in range(len(large))
+                 if dim < extra or (small[dim - extra] == 1 and large[dim] != 1))
 
 
 def _split(arg_name: str) -> tuple[str, int]:

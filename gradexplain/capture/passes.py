@@ -10,6 +10,7 @@ from collections import Counter
 import torch
 
 from gradexplain.capture.checks import check
+from gradexplain.capture.claims import ClaimChecker, Evaluated
 from gradexplain.capture.label import EventLabels
 from gradexplain.capture.lessons.torch_errors import explain_error
 from gradexplain.capture.replay import Replay
@@ -34,20 +35,21 @@ def checked_pass(trace: PassTrace, view: GraphView, events: list[EventLabels],
                replay: Replay) -> PassWalk:
     if [view.name_of(node) for node in view.order] != [node.name() for node in replay.order]:
         raise AssertionError(f"the {trace.mode} pass's graph differs from the check run's")
-    labelled = tuple(_labelled_event(item, replay) for item in events)
+    checker = ClaimChecker(view, replay)
+    labelled = tuple(_labelled_event(item, checker) for item in events)
     return PassWalk(trace.mode, labelled, _final_grads(trace, view, replay),
                     _warnings(trace))
 
 
-def _labelled_event(item: EventLabels, replay: Replay) -> LabelledEvent:
+def _labelled_event(item: EventLabels, checker: ClaimChecker) -> LabelledEvent:
     event = item.event
     args = []
     for arg, label in zip(event.args, item.labels, strict=True):
-        result = None
-        # A call torch refused has nothing in the hook-free run to be checked against.
-        if label.site is not None and arg.value is not None and label.site.run in replay.runs:
-            result = check(arg.value, replay.expected(label.site, arg.value.shape))
-        args.append(LabelledArg(arg.name, arg.value, label.meaning, result))
+        result = Evaluated(None)
+        if label.site is not None and label.meaning is not None and arg.value is not None:
+            result = checker.evaluate(label.meaning, label.site.run, arg.value)
+        args.append(LabelledArg(arg.name, arg.value, label.meaning, result.check,
+                                result.not_checked))
     return LabelledEvent(event.seq, event.phase, event.run, event.hook, event.target,
                          event.node, tuple(args), item.why, item.call)
 

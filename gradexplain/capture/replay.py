@@ -18,7 +18,6 @@ import torch
 from torch.autograd.graph import GradientEdge
 
 from gradexplain.capture.build import Builder, build, make_tensor, observe
-from gradexplain.capture.label import Site
 from gradexplain.capture.trace import grad_outputs
 from gradexplain.errors import GradexplainError
 from gradexplain.language.model import ModelSpec
@@ -127,35 +126,6 @@ class Replay:
     def position_shape(self, position: Ranked) -> tuple[int, ...]:
         node = self.order[position[0]]
         return tuple(node._input_metadata[position[1]].shape)
-
-    def expected(self, site: Site, shape: tuple[int, ...]) -> torch.Tensor:
-        """The value a label claims, computed here: summed over the runs a `.grad` holds,
-        then transposed and reshaped as the label's layout says."""
-        if site.zeros or site.position is None:
-            return torch.zeros(shape)
-        runs = site.runs or (site.run,)
-        value: torch.Tensor | None = None
-        for run in runs:
-            part = self.base(self.runs[run], site)
-            value = part if value is None else value + part
-        assert value is not None
-        if site.transposes % 2 and value.dim() == 2:
-            value = value.t()
-        if site.reshape and value.numel() == _numel(shape):
-            value = value.reshape(shape)
-        return value
-
-    def base(self, values: RunValues, site: Site) -> torch.Tensor:
-        assert site.position is not None
-        if site.edges is None:
-            found = values.totals.get(site.position)
-        else:
-            shares = [values.edges.get(edge) for edge in sorted(site.edges)]
-            present = [share for share in shares if share is not None]
-            found = sum(present[1:], present[0]) if present else None
-        if found is None:
-            return torch.zeros(self.position_shape(site.position))
-        return found.detach()
 
 
 def _as_engine_does(share: torch.Tensor | None, child: Node | None,

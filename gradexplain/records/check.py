@@ -16,6 +16,9 @@ class Check:
     verified: bool
     max_abs_err: float
     expected: TensorValue | None
+    # Why a claim could not hold whatever the value: it names no tensor of the graph, or one
+    # name stands for several, or its layout does not fit.
+    why: str | None = None
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TypeVar
 
 from gradexplain.records.names import ACCUMULATE, HOOK_WRAPPER, canonical_name, op_name
@@ -124,9 +125,29 @@ class GraphView:
         return self.nodes[node_id].name
 
     def synthetic_name(self, position: Position) -> str:
-        """A stable name for a tensor only a built-in layer or a sub-expression made: the op,
-        after the nearest named tensor computed from it (`z:mul` for the p * x in sum(p * x));
-        `mul#3` (its node's rank) when no named tensor is computed from it."""
+        """A stable name for a tensor only a built-in layer or a sub-expression made, unique in
+        the pass: `_synthetic_base`, numbered `#1`, `#2`... in graph order where several
+        tensors would get the same one (a step `s = sum(a * b) + sum(c * d)` has two `s:mul`)."""
+        if position not in self._synthetic:
+            return self._synthetic_base(position)
+        return self._synthetic[position]
+
+    @cached_property
+    def _synthetic(self) -> dict[Position, str]:
+        unnamed = {position for position in (*self.consumers, *((node, 0) for node in self.order))
+                   if position[0] in self.rank and not self.names.get(position)}
+        bases: dict[str, list[Position]] = {}
+        for position in sorted(unnamed, key=lambda item: (self.rank[item[0]], item[1])):
+            bases.setdefault(self._synthetic_base(position), []).append(position)
+        names: dict[Position, str] = {}
+        for base, positions in bases.items():
+            for number, position in enumerate(positions, start=1):
+                names[position] = base if len(positions) == 1 else f"{base}#{number}"
+        return names
+
+    def _synthetic_base(self, position: Position) -> str:
+        """The op, after the nearest named tensor computed from it (`z:mul` for the p * x in
+        sum(p * x)); `mul#3` (its node's rank) when no named tensor is computed from it."""
         node = self.nodes[position[0]]
         if node.name == ACCUMULATE:
             return f"leaf#{self.rank[node.id]}"

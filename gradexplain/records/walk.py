@@ -19,14 +19,34 @@ from gradexplain.records.paths import module_title
 from gradexplain.records.trace import HookKind, Mode, Phase, RunError, TensorValue
 
 Layout = Literal["as-is", "transposed", "reshaped", "summed"]
+# What a label claims a value is: a derivative; zeros (what torch hands on where no gradient
+# flows); or a stale grad_output (torch's BackwardHook keeps the last one it saw, and a full
+# hook whose output got no gradient in this call is handed the one a refused call left).
+ClaimKind = Literal["derivative", "zero", "stale"]
+
+
+@dataclass(frozen=True)
+class Use:
+    """One use of a tensor by an op, named by that op's output: a claim restricted to it means
+    only the gradient flowing back through that op. `operand` narrows it to one of the op's
+    operands when the op reads the tensor more than once (`h * h`: each operand's share)."""
+
+    by: str
+    operand: int | None = None
 
 
 @dataclass(frozen=True)
 class Meaning:
-    """Which derivative a hook argument is: d`of`/d`wrt`, in the stated layout.
+    """Which derivative a hook argument is: d`of`/d`wrt`, in the stated layout. This is the
+    label's claim as data; `text` and `latex` are rendered from it, and the check computes
+    exactly it (capture/claims.py), so a wrong claim cannot pass.
 
-    `partial` names the uses a value flows through when it is only part of the derivative
-    (a tensor used twice: each use's hook sees its own share); None when it is all of it.
+    `via` restricts it to some uses of `wrt` (a tensor used twice: each use's hook sees its own
+    share); empty when it is all of d`of`/d`wrt`. `partial` is `via` as text. A `summed` layout
+    is the gradient of `wrt` expanded (through the expand `via` names, where wrt has other
+    uses): summed over `summed_dims` it gives d`of`/d`wrt` (via that expand). `runs` lists the
+    backward calls a `.grad` holds, when more than the event's own; `stale_from` the call a
+    stale grad_output was left by.
     """
 
     of: str
@@ -37,6 +57,11 @@ class Meaning:
     latex: str
     partial: str | None = None
     modified: bool = False
+    kind: ClaimKind = "derivative"
+    via: tuple[Use, ...] = ()
+    summed_dims: tuple[int, ...] = ()
+    runs: tuple[int, ...] = ()
+    stale_from: int | None = None
 
 
 @dataclass(frozen=True)
@@ -45,6 +70,9 @@ class LabelledArg:
     value: TensorValue | None
     meaning: Meaning | None
     check: Check | None
+    # Why a derivative has no check (None when it has one, or is not a derivative): a call
+    # torch refused, or a graph the check run could not rebuild. Shown, never a failure.
+    not_checked: str | None = None
 
 
 @dataclass(frozen=True)
@@ -247,4 +275,4 @@ def _event_where(event: LabelledEvent, arg: str) -> str:
 
 __all__ = ["Check", "Derivation", "DerivationLine", "Failure", "FinalGrad", "LabelledArg",
            "LabelledEvent", "Layout", "LeafGrad", "Lessons", "Meaning", "ModuleWarning",
-           "PassWalk", "RunStep", "Term", "Walk"]
+           "PassWalk", "RunStep", "Term", "Use", "Walk"]

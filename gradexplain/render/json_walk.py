@@ -57,6 +57,8 @@ def arg_json(arg: LabelledArg) -> dict[str, Any]:
         result["value"] = _plain(arg.value)
     result["meaning"] = None if arg.meaning is None else _meaning(arg.meaning)
     result["check"] = None if arg.check is None else _check(arg.check)
+    if arg.not_checked:
+        result["not_checked"] = arg.not_checked
     return result
 
 
@@ -71,11 +73,26 @@ def _meaning(meaning: Meaning) -> dict[str, Any]:
     }
     if meaning.modified:
         result["modified"] = True
+    # The claim's structure, where it says more than of/wrt/layout (new keys; DESIGN §5).
+    if meaning.kind != "derivative":
+        result["kind"] = meaning.kind
+    if meaning.via:
+        result["via"] = [{"by": use.by, "operand": use.operand} for use in meaning.via]
+    if meaning.summed_dims:
+        result["summed_dims"] = list(meaning.summed_dims)
+    if meaning.runs:
+        result["runs"] = list(meaning.runs)
+    if meaning.stale_from is not None:
+        result["stale_from"] = meaning.stale_from
     return result
 
 
 def _check(check: Check) -> dict[str, Any]:
-    return {"verified": check.verified, "max_abs_err": _number(check.max_abs_err)}
+    result: dict[str, Any] = {"verified": check.verified,
+                              "max_abs_err": _number(check.max_abs_err)}
+    if check.why:
+        result["why"] = check.why
+    return result
 
 
 def _plain(value: TensorValue | None) -> Any:

@@ -54,7 +54,7 @@ def _side(arg: LabelledArg | None, silent: bool) -> str:
     if arg.value is None:
         return "None"
     label = math(arg.meaning.latex) if arg.meaning else "(not labelled)"
-    check = check_cell(arg.check)
+    check = check_cell(arg.check, arg.not_checked)
     return (f"{label}<br>{shape_label(arg.value)}: {value_cell(arg.value)}"
             f"{' ' + check if check else ''}")
 

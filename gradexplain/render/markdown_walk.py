@@ -217,7 +217,8 @@ def _arg_cells(event: LabelledEvent, arg: LabelledArg) -> list[str]:
             derivative += " " + italic("(modified by an intervention)")
     else:
         derivative = "forward value" if event.phase == "forward" else ""
-    return [code(arg.name), derivative, value_cell(arg.value), check_cell(arg.check)]
+    return [code(arg.name), derivative, value_cell(arg.value),
+            check_cell(arg.check, arg.not_checked)]
 
 
 def _target(event: LabelledEvent) -> str:

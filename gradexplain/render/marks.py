@@ -12,21 +12,27 @@ from gradexplain.records.walk import Check
 from gradexplain.render.markdown import bold, code
 
 
-def check_mark(check: Check | None) -> Text:
+def check_mark(check: Check | None, not_checked: str | None = None) -> Text:
     if check is None:
-        return Text("")
+        return Text(f"not checked: {not_checked}" if not_checked else "", style="yellow")
     if check.verified:
         return Text("✓", style="green")
-    return Text(f"✗ FAILED (error {fmt(check.max_abs_err)})", style="bold red")
+    return Text(f"✗ FAILED ({_failure(check)})", style="bold red")
 
 
-def check_cell(check: Check | None) -> str:
-    """✓, or a failure no reader can miss; empty where nothing was checked."""
+def check_cell(check: Check | None, not_checked: str | None = None) -> str:
+    """✓, or a failure no reader can miss; why, where a derivative could not be checked;
+    empty where nothing was checked."""
     if check is None:
-        return ""
+        return f"not checked: {not_checked}" if not_checked else ""
     if check.verified:
         return "✓"
-    return f"✗ {bold('FAILED')} (error {fmt(check.max_abs_err)})"
+    return f"✗ {bold('FAILED')} ({_failure(check)})"
+
+
+def _failure(check: Check) -> str:
+    """What failed: the claim itself (it names nothing, or is ambiguous), or its value."""
+    return check.why if check.why else f"error {fmt(check.max_abs_err)}"
 
 
 def value_cell(value: TensorValue | None) -> str:

@@ -73,7 +73,7 @@ def _side(arg: LabelledArg | None, silent: bool) -> Text:
     text = Text(arg.meaning.text if arg.meaning else "(not labelled)")
     shape = shape_label(arg.value)
     text.append(f"\n{shape}: {fmt_value(arg.value)} ")
-    text.append_text(check_mark(arg.check))
+    text.append_text(check_mark(arg.check, arg.not_checked))
     return text
 
 

@@ -133,7 +133,8 @@ def _event(event: LabelledEvent) -> RenderableType:
     for arg in event.args:
         meaning = arg.meaning.text if arg.meaning is not None else (
             "(forward value)" if event.phase == "forward" else "")
-        rows.add_row(arg.name, meaning, fmt_value(arg.value), check_mark(arg.check))
+        rows.add_row(arg.name, meaning, fmt_value(arg.value),
+                     check_mark(arg.check, arg.not_checked))
     parts: list[RenderableType] = [head]
     if event.why:
         parts.append(Padding(Text(event.why, style="dim italic"), (0, 0, 0, 6)))

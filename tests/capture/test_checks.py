@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from gradexplain.capture.checks import check
-from gradexplain.capture.label import Site, label_pass
+from gradexplain.capture.claims import ClaimChecker, Evaluated
+from gradexplain.capture.label import label_pass
 from gradexplain.capture.replay import Replay
 from gradexplain.language import load_spec
 from gradexplain.records.names import Naming
@@ -30,27 +31,34 @@ def test_check_fails_on_a_wrong_value_and_a_wrong_shape() -> None:
 
 
 def test_a_wrong_label_fails_its_check() -> None:
-    """Swap two labels' sites (dz/dp and dz/dx) and the hook-free run must disagree."""
+    """Swap two claims (dz/dp and dz/dx) and the hook-free run must disagree; so must a
+    transposed claim about a weight's own gradient."""
     spec = load_spec(TWO_MODULES)
     legacy, _ = trace_both(spec)
     view, events = label_pass(legacy, Naming())
     replay = Replay(spec, legacy, [view.name_of(node) for node in view.order])
+    checker = ClaimChecker(view, replay)
     mul = next(item for item in events
                if item.event.hook == "backward" and item.event.target == "module")
-    site_p, site_x = mul.labels[0].site, mul.labels[1].site
-    assert isinstance(site_p, Site) and isinstance(site_x, Site)
+    claim_p, claim_x = mul.labels[0].meaning, mul.labels[1].meaning
+    assert claim_p is not None and claim_x is not None
     value_p = mul.event.args[0].value
     assert value_p is not None
-    assert check(value_p, replay.expected(site_p, value_p.shape)).verified
-    assert not check(value_p, replay.expected(site_x, value_p.shape)).verified
+    assert _verified(checker.evaluate(claim_p, mul.event.run, value_p))
+    assert not _verified(checker.evaluate(claim_x, mul.event.run, value_p))
     weight = next(item for item in events if item.event.hook == "tensor"
                   and item.event.target == "module2.l.weight")
     weight_value = weight.event.args[0].value
-    weight_site = weight.labels[0].site
-    assert weight_value is not None and weight_site is not None
-    assert check(weight_value, replay.expected(weight_site, weight_value.shape)).verified
-    assert not check(weight_value, replay.expected(replace(weight_site, transposes=1),
-                                                   weight_value.shape)).verified
+    weight_claim = weight.labels[0].meaning
+    assert weight_value is not None and weight_claim is not None
+    assert _verified(checker.evaluate(weight_claim, weight.event.run, weight_value))
+    assert not _verified(checker.evaluate(replace(weight_claim, layout="transposed"),
+                                          weight.event.run, weight_value))
+
+
+def _verified(result: Evaluated) -> bool:
+    assert result.check is not None, result.not_checked
+    return result.check.verified
 
 
 def test_a_check_on_tiny_gradients_is_not_vacuous() -> None:

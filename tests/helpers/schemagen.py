@@ -203,6 +203,9 @@ def contract_defs() -> dict[str, Schema]:
                 "summary": {"$ref": "#/$defs/summary"},
                 "meaning": _nullable("meaning"),
                 "check": _nullable("check"),
+                "not_checked": {"type": "string",
+                                "description": "Present only where a derivative has no check: "
+                                               "why (a call torch refused)."},
             },
             "required": ["name", "shape", "meaning", "check"],
             "anyOf": [{"required": ["value"]}, {"required": ["summary"]}],
@@ -239,8 +242,30 @@ def contract_defs() -> dict[str, Schema]:
                 "modified": {"const": True,
                              "description": "Present only where an intervention changed the "
                                             "value."},
+                "kind": {"enum": ["zero", "stale"],
+                         "description": "Present only where the claim is not a derivative's "
+                                        "value: zeros torch hands on where no gradient flows, "
+                                        "or a stale grad_output kept from an earlier call."},
+                "via": {"type": "array", "items": {"$ref": "#/$defs/use"},
+                        "description": "Present only where the value is some uses' share of "
+                                       "the gradient (for layout summed: the expand)."},
+                "summed_dims": {"type": "array", "items": {"type": "integer", "minimum": 0},
+                                "description": "Layout summed: the broadcast dims to sum over."},
+                "runs": {"type": "array", "items": {"type": "integer", "minimum": 1},
+                         "description": "The backward calls a .grad holds, when several."},
+                "stale_from": {"type": "integer", "minimum": 1,
+                               "description": "Kind stale: the call that left the value."},
             },
             "required": ["of", "wrt", "aliases", "layout", "text", "latex"],
+        },
+        "use": {
+            "description": "One use of the tensor: the op reading it, by its output's name, "
+                           "and the operand, where the op reads the tensor more than once and "
+                           "only one read is meant.",
+            "type": "object",
+            "properties": {"by": {"type": "string"},
+                           "operand": {"type": ["integer", "null"], "minimum": 0}},
+            "required": ["by", "operand"],
         },
         "check": {
             "description": "The label computed again in a hook-free run and compared.",
@@ -249,6 +274,9 @@ def contract_defs() -> dict[str, Schema]:
                 "verified": {"type": "boolean"},
                 "max_abs_err": {"type": ["number", "null"],
                                 "description": "null when not finite (a failed check)."},
+                "why": {"type": "string",
+                        "description": "Present only where the claim cannot hold whatever "
+                                       "the value (it names no tensor, or several)."},
             },
             "required": ["verified", "max_abs_err"],
         },

@@ -1,0 +1,144 @@
+"""The check of a label: its claim (`Meaning`) evaluated in the hook-free run, from the claim
+alone. The tensor is found by the name the claim gives it, the uses it is restricted to by the
+names of the ops that read it, the layout applied as stated; never through the edge the labeller
+followed. So a claim naming another tensor, dropping or changing a restriction, picking another
+operand or stating another layout computes another value and fails.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from gradexplain.capture.checks import check
+from gradexplain.capture.replay import Replay, RunValues
+from gradexplain.records.graph import GraphView, Position
+from gradexplain.records.names import canonical_name
+from gradexplain.records.trace import TensorValue
+from gradexplain.records.walk import Check, Meaning
+
+Ranked = tuple[int, int]
+
+
+class ClaimError(Exception):
+    """A claim that names nothing in the graph (or names it ambiguously): it cannot hold."""
+
+
+@dataclass(frozen=True)
+class Evaluated:
+    """A claim's check, or why it has none (a call torch refused: nothing to compare with)."""
+
+    check: Check | None
+    not_checked: str | None = None
+
+
+class ClaimChecker:
+    """Evaluates claims about one pass's hook arguments against its hook-free run."""
+
+    def __init__(self, view: GraphView, replay: Replay) -> None:
+        self.view = view
+        self.replay = replay
+        self.positions: dict[str, set[Position]] = {}
+        for position in self._positions():
+            names = view.names.get(position, [])
+            canonical = canonical_name(names) or view.synthetic_name(position)
+            self.positions.setdefault(canonical, set()).add(position)
+
+    def _positions(self) -> set[Position]:
+        found = set(self.view.names) | set(self.view.consumers)
+        found |= {(node, 0) for node in self.view.order}
+        return {position for position in found if position[0] in self.view.rank}
+
+    def evaluate(self, meaning: Meaning, run: int, value: TensorValue) -> Evaluated:
+        stale = None if meaning.stale_from is None else (meaning.stale_from,)
+        runs = meaning.runs or stale or (run,)
+        if any(item not in self.replay.runs for item in runs):
+            return Evaluated(None, "the call torch refused has no hook-free result to compare")
+        try:
+            expected = self.expected(meaning, runs, value.shape)
+        except ClaimError as error:
+            return Evaluated(Check(False, math.inf, None, str(error)))
+        return Evaluated(check(value, expected))
+
+    def expected(self, meaning: Meaning, runs: tuple[int, ...],
+                 shape: tuple[int, ...]) -> torch.Tensor:
+        """The value the claim says the argument has, computed in the hook-free run."""
+        if meaning.kind == "zero":
+            return torch.zeros(shape)
+        target = self.position(meaning.wrt)
+        edges: list[Ranked] | None = None
+        if meaning.layout == "summed":
+            # The gradient of wrt expanded is the expand's own gradient, whatever else reads
+            # wrt: the restriction to that expand is in what the claim names.
+            target = self.expanded(meaning, target)
+        elif meaning.via:
+            edges = self.edges(target, meaning)
+        total: torch.Tensor | None = None
+        for run in runs:
+            part = self.at(self.replay.runs[run], target, edges, shape)
+            total = part if total is None else total + part
+        assert total is not None
+        if meaning.layout == "transposed":
+            if total.dim() != 2:
+                raise ClaimError("only a matrix has a transpose")
+            total = total.t()
+        elif meaning.layout == "reshaped":
+            if total.numel() != math.prod(shape):
+                raise ClaimError("a reshape keeps the number of elements")
+            total = total.reshape(shape)
+        return total
+
+    def position(self, name: str) -> Position:
+        found = self.positions.get(name, set())
+        if len(found) != 1:
+            raise ClaimError(f"{name!r} names {len(found)} tensors of the graph")
+        return next(iter(found))
+
+    def expanded(self, meaning: Meaning, base: Position) -> Position:
+        """The expansion of `wrt` the claim means: the one its `via` names, else its only one."""
+        expands = {(user, 0) for user, _ in self.view.consumers.get(base, [])
+                   if self.view.name_of(user).startswith("ExpandBackward")}
+        if meaning.via:
+            named = self.position(meaning.via[0].by)
+            if named not in expands:
+                raise ClaimError(f"{meaning.via[0].by} is not an expansion of {meaning.wrt}")
+            return named
+        if len(expands) != 1:
+            raise ClaimError(f"{meaning.wrt} has {len(expands)} expansions; the claim names none")
+        return next(iter(expands))
+
+    def edges(self, position: Position, meaning: Meaning) -> list[Ranked]:
+        """The edges the claim's uses of the tensor are: every read of it by each named op, or
+        only the operand named."""
+        readers = self.view.consumers.get(position, [])
+        found: list[Ranked] = []
+        for use in meaning.via:
+            node = self.position(use.by)[0]
+            numbers = [number for user, number in readers if user == node
+                       and (use.operand is None or number == use.operand)]
+            if not numbers:
+                raise ClaimError(f"{use.by} does not read {meaning.wrt}")
+            found += [(self.view.rank[node], number) for number in numbers]
+        return found
+
+    def at(self, values: RunValues, position: Position, edges: list[Ranked] | None,
+           shape: tuple[int, ...]) -> torch.Tensor:
+        """The gradient at `position` in one call, or only the sum of `edges`' shares; zeros
+        of the argument's shape where none flows (a node only a wrapper's zeros reach)."""
+        ranked = (self.view.rank[position[0]], position[1])
+        if edges is None:
+            found = values.totals.get(ranked)
+        else:
+            shares = [values.edges.get(edge) for edge in edges]
+            present = [share for share in shares if share is not None]
+            found = sum(present[1:], present[0]) if present else None
+        if found is None:
+            if ranked[0] < len(self.replay.order):
+                return torch.zeros(self.replay.position_shape(ranked))
+            return torch.zeros(shape)
+        return found.detach()
+
+
+__all__ = ["ClaimChecker", "ClaimError", "Evaluated"]
