@@ -13,10 +13,10 @@ from gradexplain.capture.checks import check
 from gradexplain.capture.claims import ClaimChecker, Evaluated
 from gradexplain.capture.label import EventLabels
 from gradexplain.capture.lessons.torch_errors import explain_error
-from gradexplain.capture.replay import Replay
+from gradexplain.capture.replay import Replay, ReplayMismatch
 from gradexplain.capture.trace import tensor_value
 from gradexplain.language.model import ModelSpec
-from gradexplain.records.graph import GraphView
+from gradexplain.records.graph import GraphView, Signature
 from gradexplain.records.lessons.torch_errors import Attempt
 from gradexplain.records.trace import Event, PassTrace, TensorValue
 from gradexplain.records.walk import (
@@ -32,22 +32,58 @@ from gradexplain.records.walk import (
 
 
 def checked_pass(trace: PassTrace, view: GraphView, events: list[EventLabels],
-               replay: Replay) -> PassWalk:
-    if [view.name_of(node) for node in view.order] != [node.name() for node in replay.order]:
-        raise AssertionError(f"the {trace.mode} pass's graph differs from the check run's")
-    checker = ClaimChecker(view, replay)
-    labelled = tuple(_labelled_event(item, checker) for item in events)
-    return PassWalk(trace.mode, labelled, _final_grads(trace, view, replay),
-                    _warnings(trace))
+                 replay: Replay | ReplayMismatch) -> PassWalk:
+    """Each label's claim evaluated against `replay`; where the check run could not rebuild
+    the pass's graph (`ReplayMismatch`), every derivative says so instead of being checked."""
+    checker = None
+    if isinstance(replay, Replay):
+        if view.signature() != replay.signature():
+            raise AssertionError(f"the {trace.mode} pass's graph differs from the check run's")
+        checker = ClaimChecker(view, replay)
+    unchecked = Evaluated(None, str(replay))
+    labelled = tuple(_labelled_event(item, checker, unchecked) for item in events)
+    grads = _final_grads(trace, view, replay) if isinstance(replay, Replay) else tuple(
+        FinalGrad(name, value, None) for name, value in trace.grads)
+    return PassWalk(trace.mode, labelled, grads, _warnings(trace))
 
 
-def _labelled_event(item: EventLabels, checker: ClaimChecker) -> LabelledEvent:
+def graph_change(legacy_graph: Signature, full_graph: Signature) -> str | None:
+    """How the full pass's graph differs from the legacy pass's, for a reader; None if not.
+
+    Full backward hooks hand a module each tensor argument as a new tensor (a view made by
+    BackwardHookFunction): a forward that asks `a is b` takes another path under them."""
+    if legacy_graph == full_graph:
+        return None
+    legacy = Counter(name for name, _ in legacy_graph)
+    full = Counter(name for name, _ in full_graph)
+    only_full, only_legacy = _ops(full - legacy), _ops(legacy - full)
+    difference = "; ".join(part for part in (
+        f"only in the full pass: {only_full}" if only_full else "",
+        f"only in the legacy pass: {only_legacy}" if only_legacy else "") if part)
+    return (f"the full backward hooks changed what the model computes: its autograd graph has "
+            f"{len(full_graph)} nodes, the legacy pass's {len(legacy_graph)}"
+            f"{f' ({difference})' if difference else ' (the same ops, linked otherwise)'}. "
+            "Full hooks hand each module its tensor arguments as new tensors (views made by "
+            "BackwardHookFunction), so a forward that tests whether two arguments are the same "
+            "tensor (nn.MultiheadAttention's `query is key`, for self-attention) takes another "
+            "path. The full pass is checked against a run of the same modules wrapped by hooks "
+            "that do nothing, so that it computes the same graph.")
+
+
+def _ops(counts: Counter[str]) -> str:
+    return ", ".join(f"{count} × {name}" if count > 1 else name
+                     for name, count in sorted(counts.items()))
+
+
+def _labelled_event(item: EventLabels, checker: ClaimChecker | None,
+                    unchecked: Evaluated) -> LabelledEvent:
     event = item.event
     args = []
     for arg, label in zip(event.args, item.labels, strict=True):
         result = Evaluated(None)
         if label.site is not None and label.meaning is not None and arg.value is not None:
-            result = checker.evaluate(label.meaning, label.site.run, arg.value)
+            result = (unchecked if checker is None
+                      else checker.evaluate(label.meaning, label.site.run, arg.value))
         args.append(LabelledArg(arg.name, arg.value, label.meaning, result.check,
                                 result.not_checked))
     return LabelledEvent(event.seq, event.phase, event.run, event.hook, event.target,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import gc
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -20,8 +21,8 @@ from gradexplain.capture.build import Builder, build
 from gradexplain.capture.derive import derivations
 from gradexplain.capture.label import label_pass
 from gradexplain.capture.lessons import lessons_for
-from gradexplain.capture.passes import checked_pass, run_steps
-from gradexplain.capture.replay import Replay
+from gradexplain.capture.passes import checked_pass, graph_change, run_steps
+from gradexplain.capture.replay import Replay, ReplayMismatch
 from gradexplain.capture.trace import trace, value_limit
 from gradexplain.errors import UsageError
 from gradexplain.language.model import ModelSpec
@@ -87,12 +88,25 @@ def _label_and_check(spec: ModelSpec, spec_path: str, legacy: PassTrace, full: P
     labelled = [label_pass(trace, naming) for trace in (legacy, full)]
     view, _ = labelled[0]
     progress(STAGES[3])
-    replay = Replay(spec, legacy, [view.name_of(node) for node in view.order], make)
+    shapes = [pass_view.signature() for pass_view, _ in labelled]
+    replay = Replay(spec, legacy, shapes[0], make)
+    full_replay: Replay | ReplayMismatch = replay
+    changed = graph_change(shapes[0], shapes[1])
+    if changed is not None:
+        # The full hooks made the model compute something else: the full pass is checked on
+        # a run with the same (inert) hooks, so that its graph is the pass's own.
+        wrapped = frozenset(call.module for call in full.calls)
+        try:
+            full_replay = Replay(spec, full, shapes[1], make, wrapped)
+        except ReplayMismatch as mismatch:
+            full_replay = mismatch
     passes = []
-    for stage, trace_, (pass_view, events) in zip(STAGES[4:6], (legacy, full), labelled,
-                                                   strict=True):
+    for stage, trace_, (pass_view, events), pass_replay in zip(
+            STAGES[4:6], (legacy, full), labelled, (replay, full_replay), strict=True):
         progress(stage)
-        passes.append(checked_pass(trace_, pass_view, events, replay))
+        passes.append(checked_pass(trace_, pass_view, events, pass_replay))
+    if changed is not None:
+        passes[1] = replace(passes[1], graph_changed=changed)
     progress(STAGES[6])
     chain_rule = derivations(spec, legacy, view, replay, naming)
     runs = run_steps(spec, legacy, view, replay)

@@ -11,6 +11,7 @@ Positions are matched to the traced graph by the breadth-first order of `records
 
 from __future__ import annotations
 
+from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,8 +22,8 @@ from gradexplain.capture.build import Builder, build, make_tensor, observe
 from gradexplain.capture.trace import grad_outputs
 from gradexplain.errors import GradexplainError
 from gradexplain.language.model import ModelSpec
-from gradexplain.records.graph import real_order
-from gradexplain.records.names import ACCUMULATE
+from gradexplain.records.graph import Signature, real_order, signature
+from gradexplain.records.names import ACCUMULATE, HOOK_WRAPPER
 from gradexplain.records.trace import PassTrace
 
 Node = Any  # torch.autograd.graph.Node
@@ -46,8 +47,12 @@ class RunValues:
 class Replay:
     """The hook-free run of a spec and what every call of the traced pass computes in it."""
 
-    def __init__(self, spec: ModelSpec, trace: PassTrace, traced_order: list[str],
-                 make: Builder | None = None) -> None:
+    def __init__(self, spec: ModelSpec, trace: PassTrace, traced: Signature,
+                 make: Builder | None = None, wrapped: frozenset[str] | None = None) -> None:
+        """`wrapped`: the modules whose forward the traced pass ran with full backward hooks.
+        Those hooks pass each tensor argument on as a new tensor (a view), which can change
+        what a forward computes (`query is key` in nn.MultiheadAttention): the check run then
+        registers hooks that do nothing on the same modules, so that its graph is the pass's."""
         self.spec = spec
         built = make() if make is not None else build(spec)
         named: dict[str, torch.Tensor] = {}
@@ -56,7 +61,10 @@ class Replay:
             if isinstance(value, torch.Tensor):
                 named.setdefault(name, value)
 
-        with observe(remember):
+        with ExitStack() as hooks, observe(remember):
+            for path, module in built.model.named_modules():
+                if wrapped is not None and path in wrapped:
+                    hooks.enter_context(module.register_full_backward_hook(_no_op))
             returned = built.forward()
         named.update({name: value for name, value in returned.items()
                       if isinstance(value, torch.Tensor)})
@@ -66,12 +74,12 @@ class Replay:
         # the traced pass (a second backward without retain_graph) may still run here, where
         # nothing is freed: the gradients it saw before the error are checked against that.
         roots = [_position(named[run.of]) for run in trace.runs]
-        self.order: list[Node] = real_order(roots, _next, lambda node: False)
-        names = [node.name() for node in self.order]
-        if names != traced_order:
+        self.order: list[Node] = real_order(roots, _next, _is_wrapper)
+        if self.signature() != traced:
             raise ReplayMismatch(
-                f"the hook-free check run built another autograd graph ({len(names)} nodes) "
-                f"than the traced pass ({len(traced_order)} nodes), so no label could be checked")
+                f"the check run built another autograd graph ({len(self.order)} nodes) than "
+                f"the traced {trace.mode} pass ({len(traced)} nodes), so no label of it could "
+                "be checked")
         self.rank = {node: index for index, node in enumerate(self.order)}
         self.runs: dict[int, RunValues] = {}
         cache: dict[tuple[str, str, int], RunValues] = {}
@@ -87,6 +95,9 @@ class Replay:
                         raise
                     continue
             self.runs[run.index] = cache[key]
+
+    def signature(self) -> Signature:
+        return signature(self.order, lambda node: str(node.name()), _next, _is_wrapper)
 
     def seed(self, kind: str, of: str, call: int) -> torch.Tensor | None:
         """The seed gradient of the spec's `call`-th backward or grad call, made again here."""
@@ -136,6 +147,14 @@ def _as_engine_does(share: torch.Tensor | None, child: Node | None,
         return None
     shape = tuple(child._input_metadata[output].shape)
     return share if tuple(share.shape) == shape else share.sum_to_size(shape)
+
+
+def _no_op(module: Any, grad_input: Any, grad_output: Any) -> None:
+    """A full backward hook that changes nothing: it only makes torch wrap the module."""
+
+
+def _is_wrapper(node: Node) -> bool:
+    return bool(node.name() == HOOK_WRAPPER)
 
 
 def _next(node: Node) -> tuple[tuple[Node | None, int], ...]:

@@ -53,6 +53,28 @@ def real_order(
     return breadth_first(real(roots), lambda node: real(edges(node)))
 
 
+# A graph's shape, node by node in breadth-first order: its name and, for each edge, the rank of
+# the real node it leads to (None: no gradient) and that node's output number. Two runs with the
+# same signature built the same graph; the same names alone do not say that (`a * 3` and
+# `a * b` are both MulBackward0).
+Signature = tuple[tuple[str, tuple[tuple[int | None, int], ...]], ...]
+
+
+def signature(
+    order: Sequence[N], name: Callable[[N], str],
+    edges: Callable[[N], Sequence[tuple[N | None, int]]], is_identity: Callable[[N], bool],
+) -> Signature:
+    """The signature of the real nodes `order` lists (wrappers looked through)."""
+    rank = {node: index for index, node in enumerate(order)}
+
+    def target(node: N | None, number: int) -> tuple[int | None, int]:
+        found = resolve_through(node, number, edges, is_identity)
+        return (None, number) if found is None else (rank.get(found[0]), found[1])
+
+    return tuple((name(node), tuple(target(child, number) for child, number in edges(node)))
+                 for node in order)
+
+
 def breadth_first(starts: Iterable[N], children: Callable[[N], Iterable[N]]) -> list[N]:
     """Every node reachable from `starts`, each once, in breadth-first order."""
     queue: deque[N] = deque(starts)
@@ -104,6 +126,10 @@ class GraphView:
 
     def _edges(self, node_id: str) -> Sequence[tuple[str | None, int]]:
         return self.nodes[node_id].next
+
+    def signature(self) -> Signature:
+        """The shape of the pass's real graph (see `signature`)."""
+        return signature(self.order, self.name_of, self._edges, self.is_identity)
 
     def engine_order(self, roots: Sequence[Position | None]) -> list[str]:
         """The real nodes torch may run from `roots`, breadth first, following every edge of
@@ -204,5 +230,12 @@ class GraphView:
                          if edge[0] in reachable)
 
 
-__all__ = ["Edge", "GraphView", "Position", "real_order",
-           "resolve_through"]
+__all__ = [
+    "Edge",
+    "GraphView",
+    "Position",
+    "Signature",
+    "real_order",
+    "resolve_through",
+    "signature",
+]

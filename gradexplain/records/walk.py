@@ -152,6 +152,9 @@ class PassWalk:
     events: tuple[LabelledEvent, ...]
     grads: tuple[FinalGrad, ...]
     warnings: tuple[ModuleWarning, ...]
+    # How this pass's hooks changed what the model computes (the full pass's graph differs
+    # from the legacy one's), said plainly; None when they did not.
+    graph_changed: str | None = None
 
 
 @dataclass(frozen=True)

@@ -25,11 +25,14 @@ def walk_json(walk: Walk) -> dict[str, Any]:
 
 
 def _pass(walk_pass: PassWalk) -> dict[str, Any]:
-    return {
+    result: dict[str, Any] = {
         "mode": walk_pass.mode,
         "events": [_event(event) for event in walk_pass.events],
         "grads": {grad.name: _plain(grad.value) for grad in walk_pass.grads},
     }
+    if walk_pass.graph_changed:
+        result["graph_changed"] = walk_pass.graph_changed
+    return result
 
 
 def _event(event: LabelledEvent) -> dict[str, Any]:

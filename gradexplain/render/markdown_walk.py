@@ -169,6 +169,8 @@ def pass_markdown(walk_pass: PassWalk, level: int = 2, warnings: bool = True) ->
              "tensor, every leaf and every autograd node. One row per hook argument, in the "
              "order the hooks ran.")
     parts = [heading(level, f"Hook timeline: {mode} pass"), intro]
+    if walk_pass.graph_changed:
+        parts.append(_alert("NOTE", escape(walk_pass.graph_changed)))
     if walk_pass.events:
         parts.append(timeline_table(walk_pass.events))
     else:

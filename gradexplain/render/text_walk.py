@@ -102,6 +102,8 @@ def _derivation_line(numerator: str, line: DerivationLine, naming: Naming) -> Re
 
 def _pass(walk_pass: PassWalk, collapse: bool) -> RenderableType:
     parts: list[RenderableType] = [Text(PASS_TITLES[walk_pass.mode], style="bold underline")]
+    if walk_pass.graph_changed:
+        parts.append(Text(f"Note: {walk_pass.graph_changed}", style="yellow"))
     parts += _folding_repeats(walk_pass.events, _event, _event_outline, "events", collapse)
     if walk_pass.grads:
         grads = Table.grid(padding=(0, 1))

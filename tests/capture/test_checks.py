@@ -36,7 +36,7 @@ def test_a_wrong_label_fails_its_check() -> None:
     spec = load_spec(TWO_MODULES)
     legacy, _ = trace_both(spec)
     view, events = label_pass(legacy, Naming())
-    replay = Replay(spec, legacy, [view.name_of(node) for node in view.order])
+    replay = Replay(spec, legacy, view.signature())
     checker = ClaimChecker(view, replay)
     mul = next(item for item in events
                if item.event.hook == "backward" and item.event.target == "module")

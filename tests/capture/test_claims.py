@@ -56,7 +56,7 @@ def checked(spec: ModelSpec, mode: Mode, make: Builder | None = None) -> Checked
     traced = trace(fresh(), mode)
     naming = Naming(whole=spec.python is not None)
     view, events = label_pass(traced, naming)
-    replay = Replay(spec, traced, [view.name_of(node) for node in view.order], make)
+    replay = Replay(spec, traced, view.signature(), make)
     return Checked(events, ClaimChecker(view, replay))
 
 

@@ -12,7 +12,7 @@ from gradexplain.capture.build import build
 from gradexplain.capture.replay import Replay, ReplayMismatch, RunValues
 from gradexplain.capture.trace import trace
 from gradexplain.language import load_spec_text
-from gradexplain.records.graph import GraphView
+from gradexplain.records.graph import GraphView, Signature
 from gradexplain.records.trace import Mode
 from tests.helpers.graphs import SEED, SEEDED_SPEC, SHARED_SPEC, W, X, plain_shared
 
@@ -22,7 +22,7 @@ Ranked = tuple[int, int]
 def replayed(text: str, mode: Mode = "legacy") -> tuple[GraphView, Replay]:
     spec = load_spec_text(text)
     view = GraphView(trace(build(spec), mode))
-    return view, Replay(spec, view.trace, [view.name_of(node) for node in view.order])
+    return view, Replay(spec, view.trace, view.signature())
 
 
 def only_run(view: GraphView, replay: Replay) -> RunValues:
@@ -95,8 +95,12 @@ def test_a_seeded_call_is_the_vector_jacobian_product() -> None:
 def test_a_traced_graph_that_does_not_match_is_refused() -> None:
     spec = load_spec_text(SHARED_SPEC)
     view = GraphView(trace(build(spec), "legacy"))
-    names = [view.name_of(node) for node in view.order]
-    for wrong in (names[:-1], list(reversed(names)), [*names, "AddBackward0"]):
+    shape = view.signature()
+    (name, edges), *rest = shape
+    relinked = ((name, tuple((None, number) for _, number in edges)), *rest)
+    wrongs: list[Signature] = [shape[:-1], tuple(reversed(shape)),
+                               (*shape, ("AddBackward0", ())), relinked]
+    for wrong in wrongs:
         with pytest.raises(ReplayMismatch):
             Replay(spec, view.trace, wrong)
-    Replay(spec, view.trace, names)
+    Replay(spec, view.trace, shape)

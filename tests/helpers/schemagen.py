@@ -309,6 +309,9 @@ def walk_schema() -> Schema:
                 "grads": {"type": "object", "additionalProperties": {"$ref": "#/$defs/values"},
                           "description": "The final .grad of every leaf after the pass, by "
                                          "canonical name (null: no .grad)."},
+                "graph_changed": {"type": "string",
+                                  "description": "Present only where this pass's hooks changed "
+                                                 "what the model computes: how, in words."},
             },
             "required": ["mode", "events", "grads"],
         },
