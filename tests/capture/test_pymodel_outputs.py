@@ -291,6 +291,19 @@ def test_the_diff_says_why_the_lstm_full_hook_has_none_and_does_not_fire() -> No
                for note in notes), notes
 
 
+def test_the_chain_rule_of_the_rnn_node_starts_from_the_output_that_got_a_gradient() -> None:
+    """With a loss of h only, the RNN node's first output (out) gets no gradient; its chain-rule
+    line starts from h's: ∂(h.sum())/∂h = ones of h's shape (one layer: [batch, hidden])."""
+    result = explain(model_of(make_lstm), *leaves(torch_inputs((5, 2, 3))), output="1.0")
+    derivation = result.walk.derivations[0]
+    rnn = [line for line in derivation.lines
+           if len(line.terms) > 1 and any(term.wrt == "weight_ih_l0" for term in line.terms)]
+    assert len(rnn) == 1
+    assert rnn[0].upstream is not None
+    assert_close(recorded(rnn[0].upstream), torch.ones(2, 4), "RNN node upstream")
+    assert all(term.check is not None and term.check.verified for term in rnn[0].terms)
+
+
 # --- dicts, nesting, dataclasses ------------------------------------------------------------------
 
 STRUCT_CASES = [
