@@ -479,3 +479,12 @@ def test_loss_of_in_a_saved_session_is_refused_on_load(cli: CLI, tmp_path: Any) 
     assert_one_error_line(again, ("leave out --loss-of",))
     doc = json.loads(cli("walk", "--load", str(saved), "-f", "json").stdout)
     assert doc["passes"][0]["grads"]
+
+
+def test_diff_and_report_take_loss_of_too(cli: CLI) -> None:
+    diff = cli("diff", f"{THIS}:make_tagger", "--input", "5x2x3", "--loss-of", "1.0")
+    assert diff.code == 0, diff.stderr
+    assert "full never fires" in " ".join(diff.stdout.split())
+    report = cli("report", f"{THIS}:make_dict_out", "--input", "4x3", "--loss-of", "hidden")
+    assert report.code == 0, report.stderr
+    assert "loss = output['hidden'].sum()" in report.stdout
