@@ -89,13 +89,20 @@ class Explanation:
 
 
 def explain(model: nn.Module | Any, *inputs: torch.Tensor | Sequence[int], loss: str = "sum",
+            output: str | int | Sequence[str | int] | None = None,
+            requires_grad: bool | Sequence[bool] | None = None,
             max_values: int | None = PYTHON_VALUE_LIMIT, name: str | None = None,
             threads: int | None = DEFAULT_THREADS) -> Explanation:
     """Walk `model` on `inputs` with every hook: which derivative each hook argument is.
 
     `model` is an nn.Module or a zero-argument function returning one; each input is a tensor
-    (copied; floating ones require grad) or a shape such as (4, 3), filled with seeded randn.
-    `loss` is "sum" or "mean" of the output, the scalar backpropagated. Tensors above
+    (copied) or a shape such as (4, 3), filled with seeded randn. A tensor requires grad as
+    given, a shape-made floating input does; `requires_grad` overrides that: True (every
+    floating input), False (none), or one bool per input. `loss` is "sum" or "mean" of the
+    output, the scalar backpropagated; for a tuple, nested or dict output, `output` picks the
+    part it is taken of (the CLI's --loss-of): an index or key (`0`, `"logits"`), a dotted path
+    (`"1.0"` is output[1][0]) or a sequence of parts (`(1, 0)`); without it, every floating
+    tensor of the output that requires grad is reduced and the results added. Tensors above
     `max_values` elements are recorded as summaries. torch runs with `threads` intra-op
     threads (one by default, see `gradexplain.threads`; None keeps yours), and your setting is
     restored afterwards. Raises a GradexplainError subclass for bad input (its message says
@@ -107,21 +114,60 @@ def explain(model: nn.Module | Any, *inputs: torch.Tensor | Sequence[int], loss:
     from gradexplain.capture.pymodel import InputShape, as_module, check_arity, random_inputs
 
     check_threads(threads, "explain(): threads=")
+    path = _output_path(output)
     title = name or getattr(model, "__name__", None) or type(model).__name__
     target = f"{title} (Python)"
     module = as_module(model, target)
     tensors: list[torch.Tensor] = []
+    given: list[bool] = []
     for index, item in enumerate(inputs):
         if isinstance(item, torch.Tensor):
             tensors.append(item)
+            given.append(item.requires_grad)
         elif isinstance(item, (tuple, list)) and all(isinstance(size, int) for size in item):
             tensors += random_inputs([InputShape(tuple(item))], seed=index)
+            given.append(True)
         else:
             raise UsageError(f"explain(): input {index} is a {type(item).__name__}; give a "
                              "tensor or a shape such as (4, 3)")
     check_arity(module, len(tensors), target)
+    grads = _requires_grad(requires_grad, given, tensors)
     return Explanation(capture_module(module, tuple(tensors), target, loss, max_values, None,
-                                      None, threads))
+                                      None, threads, output=path, requires_grad=grads))
+
+
+def _output_path(output: str | int | Sequence[str | int] | None) -> tuple[str, ...]:
+    """explain()'s `output=` as an OutputPath: a dotted string, an index, or a sequence."""
+    from gradexplain.output_path import WHOLE, parse_output_path
+
+    if output is None:
+        return WHOLE
+    if isinstance(output, bool) or not isinstance(output, (str, int, tuple, list)):
+        raise UsageError(f"explain(): output={output!r}: give an index, a key, a dotted path "
+                         "such as '1.0', or a tuple of parts")
+    if isinstance(output, str):
+        return parse_output_path(output, "explain(): output=")
+    parts = (output,) if isinstance(output, int) else tuple(output)
+    if not parts or not all(isinstance(part, (str, int)) and not isinstance(part, bool)
+                            and str(part) and "." not in str(part) for part in parts):
+        raise UsageError(f"explain(): output={output!r}: each part is an index or a key "
+                         "without dots")
+    return tuple(str(part) for part in parts)
+
+
+def _requires_grad(option: bool | Sequence[bool] | None, given: list[bool],
+                   tensors: list[torch.Tensor]) -> list[bool]:
+    """Which inputs require grad: as given (None), every floating one (True), none (False),
+    or one bool per input."""
+    if option is None:
+        return given
+    if isinstance(option, bool):
+        return [option and tensor.is_floating_point() for tensor in tensors]
+    chosen = list(option)
+    if len(chosen) != len(tensors) or not all(isinstance(item, bool) for item in chosen):
+        raise UsageError(f"explain(): requires_grad={option!r}: give True, False or one bool "
+                         f"per input ({len(tensors)})")
+    return chosen
 
 
 __all__ = ["Explanation", "explain"]

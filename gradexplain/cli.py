@@ -113,6 +113,7 @@ def walk(
     input_shapes: option.InputOption = None,
     inputs_file: option.InputsOption = None,
     loss: option.LossOption = None,
+    loss_of: option.LossOfOption = None,
     max_values: option.MaxValuesOption = None,
     threads: option.ThreadsOption = None,
 ) -> None:
@@ -125,14 +126,15 @@ def walk(
     every check holds, 1 when one fails, 2 for a bad spec or option.
 
     SPEC may also be your own model: `gradexplain walk models.py:make_model --input 4x3`
-    (see --input, --inputs, --loss); the loss backpropagated is the sum of its output.
+    (see --input, --inputs, --loss, --loss-of); the loss backpropagated is the sum of its
+    output, or of the part --loss-of selects (--loss-of 0 for nn.LSTM's out).
     """
     from gradexplain.analysis.order import first_firing_orders
     from gradexplain.render.outputs import walk_output
     from gradexplain.render.select import select
 
     session = _session(spec, load, option.run_options(input_shapes, inputs_file, loss, max_values,
-                                                  threads))
+                                                  threads, loss_of))
     if save is not None:
         from gradexplain.records.session import save_session
 
@@ -157,6 +159,7 @@ def diff(
     input_shapes: option.InputOption = None,
     inputs_file: option.InputsOption = None,
     loss: option.LossOption = None,
+    loss_of: option.LossOfOption = None,
     max_values: option.MaxValuesOption = None,
     threads: option.ThreadsOption = None,
 ) -> None:
@@ -173,7 +176,7 @@ def diff(
     from gradexplain.render.select import select_diff
 
     session = _session(spec, load, option.run_options(input_shapes, inputs_file, loss, max_values,
-                                                  threads))
+                                                  threads, loss_of))
     check_module(session, module)
     result = select_diff(compare(session), module)
     _print(diff_output(result, output_format.value))
@@ -189,6 +192,7 @@ def report(
     input_shapes: option.InputOption = None,
     inputs_file: option.InputsOption = None,
     loss: option.LossOption = None,
+    loss_of: option.LossOfOption = None,
     max_values: option.MaxValuesOption = None,
     threads: option.ThreadsOption = None,
 ) -> None:
@@ -210,7 +214,7 @@ def report(
         _report_all(all_specs, output)
         return
     session = _session(spec, load, option.run_options(input_shapes, inputs_file, loss, max_values,
-                                                  threads))
+                                                  threads, loss_of))
     text = report_page(session)
     if output is None:
         typer.echo(text, nl=False)

@@ -65,12 +65,15 @@ InputOption = Annotated[
     list[str] | None,
     typer.Option("--input", help="Python models: the shape of one forward argument, such as "
                  "4x3 (4x3:float64, 2x5:int64 for token ids 0-9); repeat it for each argument. "
-                 "Filled with seeded randn; floating inputs require grad.", show_default=False),
+                 "Filled with seeded randn; floating inputs require grad, unless :nograd is "
+                 "added (4x3:nograd) to see what hooks get for an input without grad.",
+                 show_default=False),
 ]
 InputsOption = Annotated[
     Path | None,
     typer.Option("--inputs", help="Python models: a torch.save'd tensor, or list of tensors, "
-                 "to use as the forward's arguments instead of --input.", show_default=False),
+                 "to use as the forward's arguments instead of --input (floating ones require "
+                 "grad).", show_default=False),
 ]
 
 
@@ -82,7 +85,19 @@ class LossChoice(str, Enum):
 LossOption = Annotated[
     LossChoice | None,
     typer.Option("--loss", help="Python models: the scalar backpropagated, the sum (the "
-                 "default) or the mean of the model's output.", show_default=False),
+                 "default) or the mean of the model's output (or of the part --loss-of "
+                 "selects).", show_default=False),
+]
+LossOfOption = Annotated[
+    str | None,
+    typer.Option("--loss-of", metavar="PATH", help="Python models returning a tuple, nested "
+                 "tuples, a dict, a namedtuple or a dataclass (nn.LSTM's (out, (h, c))): the "
+                 "part of the output --loss is taken of. Tuple indices and dict keys or fields "
+                 "joined by dots: 0 is output[0], logits is output['logits'], 1.0 is "
+                 "output[1][0]; a part that holds several tensors sums their losses. Default: "
+                 "the whole output, every floating tensor in it that requires grad reduced by "
+                 "--loss and the results added. A path that leads nowhere is an error listing "
+                 "the paths there are.", show_default=False),
 ]
 MaxValuesOption = Annotated[
     int | None,
@@ -152,7 +167,8 @@ AllSpecsOption = Annotated[
 
 
 def run_options(shapes: list[str] | None, inputs_file: Path | None, loss: LossChoice | None,
-                max_values: int | None, threads: int | None) -> RunOptions:
+                max_values: int | None, threads: int | None,
+                loss_of: str | None = None) -> RunOptions:
     """The run options as parsed, in plain values (None where not given)."""
     return RunOptions(tuple(shapes or ()), inputs_file, None if loss is None else loss.value,
-                      max_values, threads)
+                      max_values, threads, loss_of)

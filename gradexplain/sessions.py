@@ -22,14 +22,16 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class RunOptions:
-    """How to run the spec or the Python model given on the command line (the inputs and the
-    loss are for a Python model only; a YAML spec declares its own). None: the default."""
+    """How to run the spec or the Python model given on the command line (the inputs, the
+    loss and the part of the output it is of are for a Python model only; a YAML spec declares
+    its own). None: the default."""
 
     inputs: tuple[str, ...] = ()
     inputs_file: Path | None = None
     loss: str | None = None
     max_values: int | None = None
     threads: int | None = None
+    output: str | None = None
 
 
 NO_OPTIONS = RunOptions()
@@ -53,7 +55,8 @@ class Source:
         if self.spec is None:
             return pipeline.capture_target(self.target, self.options.inputs,
                                            self.options.inputs_file, self.options.loss or "sum",
-                                           self.options.max_values, progress, threads)
+                                           self.options.max_values, progress, threads,
+                                           self.options.output)
         return pipeline.capture(self.spec, self.target, self.text,
                                 max_values=self.options.max_values, progress=progress,
                                 threads=threads)
@@ -67,7 +70,8 @@ def open_source(spec: str | None, load: Path | None,
                          "(not both)")
     python_only = [flag for flag, given in (("--input", options.inputs),
                                             ("--inputs", options.inputs_file),
-                                            ("--loss", options.loss)) if given]
+                                            ("--loss", options.loss),
+                                            ("--loss-of", options.output)) if given]
     if load is not None:
         run_only = python_only + [flag for flag, given in (
             ("--max-values", options.max_values), ("--threads", options.threads))
@@ -80,6 +84,10 @@ def open_source(spec: str | None, load: Path | None,
         return load_session(load)
     assert spec is not None
     if is_python(spec):
+        if options.output is not None:
+            from gradexplain.output_path import parse_output_path
+
+            parse_output_path(options.output)  # a malformed path, before any code runs
         return Source(spec, options)
     if python_only:
         raise UsageError(f"{', '.join(python_only)}: only for a Python model (FILE.py:NAME); "

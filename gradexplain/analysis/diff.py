@@ -318,6 +318,11 @@ class _Module:
                     yield Finding("zeros", f"full {arg.name} is zeros, not None: "
                                   f"{self.naming.short(name)} does not require grad, but another "
                                   "input does")
+            elif arg.value is None and index < len(call.outputs) and call.outputs[index] is None:
+                # torch wraps only the tensors at the top level of the output (nn.LSTM's (h, c))
+                yield Finding("none", f"full {arg.name} is None: output {index} is not a "
+                              "tensor, and full hooks see only the tensors at the top level of "
+                              "a module's output, so it is None in every backward")
             elif arg.value is None:
                 yield Finding("none", f"full {arg.name} is None: output {index} got no "
                               "gradient in this backward")
@@ -354,8 +359,12 @@ class _Module:
         warned = [warning.message for walk_pass in self.session.walk.passes
                   if walk_pass.mode == "full" for warning in walk_pass.warnings
                   if warning.module == self.module]
+        hidden = [str(index) for index, tensor in enumerate(call.outputs) if tensor is None]
         why = (f"torch warned: {warned[0]}" if warned
-               else f"no gradient reached {module}'s inputs")
+               else f"no gradient reached {module}'s inputs" if not hidden
+               else f"no gradient reached {module}'s inputs through its top-level output "
+               f"tensors, the only ones full hooks wrap (output {', '.join(hidden)} is not a "
+               "tensor: a gradient through the tensors inside it bypasses the hook)")
         yield Finding("never_fires", f"full never fires: {why}")
 
     # --- the verdict --------------------------------------------------------------------------

@@ -39,7 +39,15 @@ from gradexplain.language.expr import (
     Slice,
     Transpose,
 )
-from gradexplain.language.model import DType, LayerSpec, ModelSpec, ModuleSpec, Step, TensorInit
+from gradexplain.language.model import (
+    DType,
+    LayerSpec,
+    ModelSpec,
+    ModuleSpec,
+    PythonModel,
+    Step,
+    TensorInit,
+)
 
 Observer = Callable[[str, Any], None]
 Builder = Callable[[], "Built"]  # a fresh, identical build each call (a Python model's maker)
@@ -74,9 +82,10 @@ class Built:
         """Call the model on the inputs as its user would; what it returned, by name.
 
         A YAML spec names its results (`returns:`). A Python model's result is `output` (a
-        tuple: `output0`, `output1`, ...), and the scalar backpropagated is `loss`, its sum or
-        mean, computed outside the model as a training loop would. Both names are reported to
-        the observer like any step's.
+        tuple: `output0`, `output1`, ...; nested and dict parts: `output1_0`, `output_logits`),
+        and the scalar backpropagated is `loss`, the sum or mean of the selected part (see
+        `capture.outputs`), computed outside the model as a training loop would. Both names
+        are reported to the observer like any step's.
         """
         python = self.spec.python
         if python is None:
@@ -98,7 +107,7 @@ class Built:
                         "use inplace=False)")
             raise ModelRunError(f"{python.target}: its forward raised {type(error).__name__} on "
                                 f"inputs of shape {shapes}: {first_line(error)}{hint}") from error
-        return _python_results(output, python.target, python.loss)
+        return _python_results(output, python)
 
     def input(self, name: str) -> torch.Tensor:
         for spec, tensor in zip(self.spec.inputs, self.inputs, strict=True):
@@ -125,26 +134,12 @@ def build(spec: ModelSpec) -> Built:
     return Built(spec, model, inputs)
 
 
-def _python_results(output: Any, target: str, loss: str) -> dict[str, Any]:
-    """A Python model's results by name (`output`, or `output0`, `output1`, ... for a tuple)
-    and `loss`, the sum or mean of those that require grad."""
-    if isinstance(output, torch.Tensor):
-        returned = {"output": output}
-    elif isinstance(output, (tuple, list)) and all(isinstance(item, torch.Tensor)
-                                                    for item in output) and output:
-        returned = {f"output{index}": item for index, item in enumerate(output)}
-    else:
-        raise ModelRunError(f"{target}: the model returned a {type(output).__name__}; "
-                            "gradexplain needs a tensor or a tuple of tensors (wrap the model "
-                            "to return one)")
-    differentiable = [item for item in returned.values()
-                      if item.requires_grad and item.is_floating_point()]
-    if not differentiable:
-        raise ModelRunError(f"{target}: the model's output does not require grad: nothing to "
-                            "backpropagate (are its parameters frozen, or is its forward under "
-                            "no_grad?)")
-    parts = [item.sum() if loss == "sum" else item.mean() for item in differentiable]
-    returned["loss"] = parts[0] if len(parts) == 1 else torch.stack(parts).sum()
+def _python_results(output: Any, python: PythonModel) -> dict[str, Any]:
+    """A Python model's results by name and `loss` (see `capture.outputs`), each reported to
+    the observer like a step's."""
+    from gradexplain.capture.outputs import python_results
+
+    returned = python_results(output, python.output, python.loss, python.target)
     notify = _observer.get()
     if notify is not None:
         for name, value in returned.items():

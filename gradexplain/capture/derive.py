@@ -93,8 +93,12 @@ def _line(view: GraphView, values: RunValues, node: str,
     """One node: `traced` is what the traced pass saw flow out of it (see `_traced`)."""
     rank = view.rank[node]
     name = view.name_of(node)
-    output = _tensor_name(view, (node, 0), naming)
-    upstream = values.totals.get((rank, 0))
+    # A node with several outputs (nn.LSTM's RNN node: out, h, c) is shown by the first one
+    # that got a gradient: with a loss of h only, output 0's is None.
+    number = next((key[1] for key in sorted(values.totals)
+                   if key[0] == rank and values.totals[key] is not None), 0)
+    output = _tensor_name(view, (node, number), naming)
+    upstream = values.totals.get((rank, number))
     if name == ACCUMULATE:
         seen = traced[0] if traced else None
         result = None if seen is None or upstream is None else check(seen, upstream)

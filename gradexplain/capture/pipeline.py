@@ -26,6 +26,7 @@ from gradexplain.capture.replay import Replay, ReplayMismatch
 from gradexplain.capture.trace import trace, value_limit
 from gradexplain.errors import UsageError
 from gradexplain.language.model import ModelSpec
+from gradexplain.output_path import WHOLE, OutputPath, parse_output_path, path_text
 from gradexplain.records.names import Naming
 from gradexplain.records.session import Session, forward_steps
 from gradexplain.records.trace import PYTHON_VALUE_LIMIT, PassTrace
@@ -127,9 +128,10 @@ def _label_and_check(spec: ModelSpec, spec_path: str, legacy: PassTrace, full: P
 
 def capture_target(target: str, shapes: Sequence[str], inputs_file: Path | None, loss: str,
                    max_values: int | None, progress: Progress | None = None,
-                   threads: int | None = DEFAULT_THREADS) -> Session:
+                   threads: int | None = DEFAULT_THREADS, output: str | None = None) -> Session:
     """`gradexplain walk FILE.py:NAME --input 4x3`: load the model (running the user's code,
-    by their choice), make or load its inputs, and capture the session."""
+    by their choice), make or load its inputs, and capture the session. `output` is the
+    `--loss-of` path (None: the whole output)."""
     from gradexplain.capture.pymodel import (
         check_arity,
         load_inputs,
@@ -140,28 +142,37 @@ def capture_target(target: str, shapes: Sequence[str], inputs_file: Path | None,
 
     if shapes and inputs_file is not None:
         raise UsageError("give --input shapes or --inputs FILE, not both")
-    parsed = [parse_input(text) for text in shapes]  # a typo is reported before user code runs
+    # Typos are reported before user code runs.
+    parsed = [parse_input(text) for text in shapes]
+    path = WHOLE if output is None else parse_output_path(output)
     model = load_model(target)
     tensors = load_inputs(inputs_file) if inputs_file is not None else random_inputs(parsed)
     check_arity(model, len(tensors), target)
     given = (f"--inputs {inputs_file}" if inputs_file is not None
              else " ".join(f"--input {item.text}" for item in parsed))
-    command = f"gradexplain walk {target} {given} --loss {loss}"
+    selected = "" if output is None else f" --loss-of {path_text(path)}"
+    command = f"gradexplain walk {target} {given}{selected} --loss {loss}"
+    grads = (None if inputs_file is not None
+             else [item.requires_grad for item in parsed])
     return capture_module(model, tensors, target, loss,
                           PYTHON_VALUE_LIMIT if max_values is None else max_values, command,
-                          progress, threads)
+                          progress, threads, output=path, requires_grad=grads)
 
 
 def capture_module(model: nn.Module, inputs: tuple[torch.Tensor, ...], target: str, loss: str,
                    max_values: int | None, command: str | None,
-                   progress: Progress | None, threads: int | None) -> Session:
-    """A Python model on these inputs, `loss` ("sum" or "mean") of its output backpropagated:
-    the model becomes a ModelSpec and identical builds (`pymodel`), then `capture`."""
+                   progress: Progress | None, threads: int | None, *,
+                   output: OutputPath = WHOLE,
+                   requires_grad: Sequence[bool] | None = None) -> Session:
+    """A Python model on these inputs, `loss` ("sum" or "mean") of the part `output` of its
+    output backpropagated; `requires_grad`, input by input (None: the floating ones): the model
+    becomes a ModelSpec and identical builds (`pymodel`), then `capture`."""
     from gradexplain.capture.pymodel import python_source
 
     if loss not in ("sum", "mean"):
         raise UsageError(f"loss {loss!r}: use 'sum' or 'mean'")
-    source = python_source(model, inputs, target, loss, command)  # type: ignore[arg-type]
+    source = python_source(model, inputs, target, loss, command,  # type: ignore[arg-type]
+                           output, requires_grad)
     return capture(source.spec, target, source.description, source.build, max_values, progress,
                    threads)
 

@@ -37,6 +37,7 @@ from gradexplain.language.model import (
     PythonModel,
     TensorInit,
 )
+from gradexplain.output_path import WHOLE, OutputPath, python_form
 from gradexplain.target import TARGET, is_python_target
 
 # Bounds on what --input may ask for: a typo like 4000x3000x3 should be an error, not a hang.
@@ -54,30 +55,43 @@ class ModelLoadError(BadInput):
 
 @dataclass(frozen=True)
 class InputShape:
-    """One `--input`: a shape and a dtype (`4x3`, `2x5:int64`)."""
+    """One `--input`: a shape, a dtype and whether it requires grad (`4x3`, `2x5:int64`,
+    `4x3:nograd`). A floating input requires grad unless told `nograd`; an integer one never."""
 
     shape: tuple[int, ...]
     dtype: DType = "float32"
+    requires_grad: bool = True
 
     @property
     def text(self) -> str:
         dims = "x".join(str(size) for size in self.shape) or "scalar"
-        return dims if self.dtype == "float32" else f"{dims}:{self.dtype}"
+        text = dims if self.dtype == "float32" else f"{dims}:{self.dtype}"
+        return text if self.requires_grad or self.dtype == "int64" else f"{text}:{NO_GRAD}"
+
+
+NO_GRAD = "nograd"  # the --input flag for an input that does not require grad
 
 
 def parse_input(text: str) -> InputShape:
-    """`4x3` -> (4, 3); `2x5:int64`; `scalar` for a 0-d tensor. ModelLoadError otherwise."""
-    dims, _, dtype = text.strip().partition(":")
-    dtype = dtype or "float32"
-    if dtype not in _DTYPES:
-        raise ModelLoadError(f"--input {text!r}: dtype {dtype!r} is not one of "
-                             f"{', '.join(_DTYPES)}")
+    """`4x3` -> (4, 3); `2x5:int64`; `4x3:nograd`, `4x3:float64:nograd`; `scalar` for a 0-d
+    tensor. ModelLoadError otherwise."""
+    dims, *flags = text.strip().split(":")
+    dtypes = [flag for flag in flags if flag != NO_GRAD]
+    unknown = [item for item in dtypes if item not in _DTYPES]
+    if unknown:
+        raise ModelLoadError(f"--input {text!r}: dtype {unknown[0]!r} is not one of "
+                             f"{', '.join(_DTYPES)} (or {NO_GRAD}: no grad for this input)")
+    if len(dtypes) > 1 or flags.count(NO_GRAD) > 1:
+        raise ModelLoadError(f"--input {text!r}: after the shape, expected a dtype and/or "
+                             f"{NO_GRAD}, each once, joined by ':'")
+    dtype = dtypes[0] if dtypes else "float32"
+    requires_grad = NO_GRAD not in flags and dtype != "int64"
     if dims == "scalar":
-        return InputShape((), dtype)  # type: ignore[arg-type]
+        return InputShape((), dtype, requires_grad)  # type: ignore[arg-type]
     parts = dims.lower().split("x")
     if not all(part.isdigit() and int(part) > 0 for part in parts):
         raise ModelLoadError(f"--input {text!r}: expected a shape such as 4x3 (positive sizes "
-                             "joined by x), optionally with :float64 or :int64")
+                             f"joined by x), optionally with :float64 or :int64, and :{NO_GRAD}")
     shape = tuple(int(part) for part in parts)
     elements = 1
     for size in shape:
@@ -85,7 +99,7 @@ def parse_input(text: str) -> InputShape:
     if elements > MAX_INPUT_ELEMENTS:
         raise ModelLoadError(f"--input {text!r}: {elements:,} elements, more than the "
                              f"{MAX_INPUT_ELEMENTS:,} gradexplain accepts")
-    return InputShape(shape, dtype)  # type: ignore[arg-type]
+    return InputShape(shape, dtype, requires_grad)  # type: ignore[arg-type]
 
 
 def load_target(target: str) -> nn.Module:
@@ -232,7 +246,8 @@ def required_inputs(model: nn.Module) -> int | None:
 
 @dataclass(frozen=True)
 class PythonSource:
-    """A loaded model and its inputs, kept pristine; `build()` hands out identical copies."""
+    """A loaded model and its inputs, kept pristine; `build()` hands out identical copies, each
+    input requiring grad as `spec.inputs` says."""
 
     spec: ModelSpec
     model: nn.Module
@@ -243,38 +258,49 @@ class PythonSource:
         model = copy.deepcopy(self.model)
         for parameter in model.parameters():
             parameter.grad = None
-        inputs = tuple(_leaf(tensor) for tensor in self.inputs)
+        inputs = tuple(tensor.detach().clone().requires_grad_(spec.requires_grad)
+                       for tensor, spec in zip(self.inputs, self.spec.inputs, strict=True))
         return Built(self.spec, model, inputs)
 
 
-def _leaf(tensor: torch.Tensor) -> torch.Tensor:
-    copied = tensor.detach().clone()
-    return copied.requires_grad_(copied.is_floating_point())
-
-
 def python_source(model: nn.Module, inputs: Sequence[torch.Tensor], target: str,
-                  loss: LossKind = "sum", command: str | None = None) -> PythonSource:
+                  loss: LossKind = "sum", command: str | None = None,
+                  output: OutputPath = WHOLE,
+                  requires_grad: Sequence[bool] | None = None) -> PythonSource:
     """The source of a Python model run: its spec, the model and inputs, and a description of
-    the model for reports (`print(model)`, the shapes, the loss)."""
+    the model for reports (`print(model)`, the shapes, the loss). `output` is the part of the
+    model's output the loss is taken of (`output_path`); `requires_grad` says, input by input,
+    which inputs require grad (None: the floating ones)."""
     if not inputs:
         raise ModelLoadError(f"{target}: no inputs; give --input SHAPE for each of the "
                              "model's forward arguments, or --inputs FILE.pt")
+    grads = (tuple(tensor.is_floating_point() for tensor in inputs) if requires_grad is None
+             else tuple(requires_grad))
+    if len(grads) != len(inputs):
+        raise ModelLoadError(f"{target}: requires_grad has {len(grads)} entries for "
+                             f"{len(inputs)} inputs")
+    for tensor, wanted in zip(inputs, grads, strict=True):
+        if wanted and not tensor.is_floating_point():
+            raise ModelLoadError(f"{target}: an input of dtype {_dtype_name(tensor)} cannot "
+                                 "require grad (only floating tensors can)")
     names = input_names(model, len(inputs))
     where = Location(target)
     specs = tuple(
         InputSpec(name, TensorInit("randn", tuple(tensor.shape), _dtype_name(tensor)),
-                  tensor.is_floating_point(), where)
-        for name, tensor in zip(names, inputs, strict=True))
+                  wanted, where)
+        for name, tensor, wanted in zip(names, inputs, grads, strict=True))
     root = ModuleSpec("", "", names, (), (), (), (), ("output",), where)
     backward = BackwardSpec("loss", None, False, 1, False, where)
-    about = (f"{type(model).__name__} from {target}: loss = {loss}(output), backpropagated "
-             "with loss.backward()")
+    selected = python_form(output)
+    about = (f"{type(model).__name__} from {target}: loss = {loss}({selected}), "
+             "backpropagated with loss.backward()")
     spec = ModelSpec(_display_name(target), about, target, 0, "float32", specs, root,
-                     (backward,), (), (), (), (), PythonModel(target, loss))
-    shapes = ", ".join(f"{name}: {tuple(tensor.shape)} {_dtype_name(tensor)}"
-                       for name, tensor in zip(names, inputs, strict=True))
+                     (backward,), (), (), (), (), PythonModel(target, loss, output))
+    shapes = ", ".join(
+        f"{name}: {tuple(tensor.shape)} {_dtype_name(tensor)}{'' if wanted else ' (no grad)'}"
+        for name, tensor, wanted in zip(names, inputs, grads, strict=True))
     lines = [f"# {command}" if command else f"# {target}", f"# inputs: {shapes}",
-             f"# loss = output.{loss}(); loss.backward()", repr(model)]
+             f"# loss = {selected}.{loss}(); loss.backward()", repr(model)]
     return PythonSource(spec, model, tuple(inputs), "\n".join(lines) + "\n")
 
 

@@ -199,10 +199,13 @@ LossKind = Literal["sum", "mean"]
 class PythonModel:
     """What makes a ModelSpec stand for the user's own Python model (`file.py:make_model`)
     rather than YAML: where it came from, and how its output becomes the scalar `loss` that is
-    backpropagated. Its tensors are named by module path and op (`encoder.0:addmm`)."""
+    backpropagated. Its tensors are named by module path and op (`encoder.0:addmm`).
+    `output` is the path of the part of the output the loss is taken of (`output_path`; empty:
+    the whole output)."""
 
     target: str
     loss: LossKind
+    output: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -151,7 +151,7 @@ def make_not_a_module() -> object:
 
 
 class ReturnsDict(nn.Module):
-    """A model whose output gradexplain cannot backpropagate as it stands: a dict."""
+    """A model returning a dict: its loss is taken of `--loss-of logits` (or of every tensor)."""
 
     def __init__(self) -> None:
         super().__init__()

@@ -128,7 +128,14 @@ def torch_hook_calls(make: Factory, inputs: Sequence[torch.Tensor], mode: str,
     module (legacy: register_backward_hook; full: register_full_backward_pre_hook and
     register_full_backward_hook), run forward and backward once, and return what each hook
     received, keyed by (hook kind as gradexplain names it, module path)."""
-    model = torch_model(make)
+    return hook_calls(torch_model(make), leaves(inputs), mode,
+                      lambda output: loss_of(output, loss))
+
+
+def hook_calls(model: nn.Module, inputs: Sequence[torch.Tensor], mode: str,
+               loss: Callable[[Any], torch.Tensor]) -> dict[tuple[str, str], list[HookCall]]:
+    """`torch_hook_calls` on this model (hooked as it is: pass a copy) and these inputs (their
+    requires_grad as they are), backward of `loss(model(*inputs))`."""
     calls: dict[tuple[str, str], list[HookCall]] = defaultdict(list)
 
     def backward(kind: str, path: str) -> Callable[[nn.Module, Grads, Grads], None]:
@@ -151,8 +158,28 @@ def torch_hook_calls(make: Factory, inputs: Sequence[torch.Tensor], mode: str,
         # "Using a non-full backward hook when the forward contains multiple autograd Nodes":
         # exactly the legacy behaviour under test.
         warnings.simplefilter("ignore")
-        loss_of(model(*leaves(inputs)), loss).backward()
+        loss(model(*inputs)).backward()
     return dict(calls)
+
+
+def assert_module_hooks_match(walk: Walk, mode: str,
+                              expected: dict[tuple[str, str], list[HookCall]]) -> None:
+    """Every module backward hook call gradexplain recorded in the `mode` pass holds what
+    torch handed the same hook (`hook_calls`): the same calls, arguments and values, None
+    where torch passes None."""
+    kinds = ("backward",) if mode == "legacy" else ("full_backward_pre", "full_backward")
+    got: dict[tuple[str, str], list[LabelledEvent]] = defaultdict(list)
+    for kind in kinds:
+        for item in events(walk, mode, kind):
+            got[(kind, item.target)].append(item)
+    assert sorted(got) == sorted(expected), mode
+    for key, calls in expected.items():
+        assert len(got[key]) == len(calls), key
+        for item, call in zip(got[key], calls, strict=True):
+            what = f"[{mode}] {key[0]} {key[1] or '<model>'}"
+            if key[0] != "full_backward_pre":
+                assert_args_equal(args_of(item, "grad_input"), call.grad_input, what)
+            assert_args_equal(args_of(item, "grad_output"), call.grad_output, what)
 
 
 # --- reading what gradexplain recorded ----------------------------------------------------------
@@ -226,4 +253,4 @@ def explained(name: str, loss: str = "sum") -> Explanation:
     """explain() on the model built as the CLI builds it, with the CLI's inputs (once per
     model and loss: an Explanation is immutable)."""
     make, shapes = GOOD_MODELS[name]
-    return explain(torch_model(make), *torch_inputs(*shapes), loss=loss)
+    return explain(torch_model(make), *leaves(torch_inputs(*shapes)), loss=loss)
