@@ -4,6 +4,7 @@ every backward or autograd.grad call with the `.grad`s around it, and torch's wa
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import Counter
 
@@ -14,6 +15,7 @@ from gradexplain.capture.label import EventLabels
 from gradexplain.capture.lessons.torch_errors import explain_error
 from gradexplain.capture.replay import Replay
 from gradexplain.capture.trace import tensor_value
+from gradexplain.capture.user_changes import Changes
 from gradexplain.language.model import ModelSpec
 from gradexplain.records.graph import GraphView
 from gradexplain.records.lessons.torch_errors import Attempt
@@ -34,30 +36,48 @@ def checked_pass(trace: PassTrace, view: GraphView, events: list[EventLabels],
                replay: Replay) -> PassWalk:
     if [view.name_of(node) for node in view.order] != [node.name() for node in replay.order]:
         raise AssertionError(f"the {trace.mode} pass's graph differs from the check run's")
-    labelled = tuple(_labelled_event(item, replay) for item in events)
-    return PassWalk(trace.mode, labelled, _final_grads(trace, view, replay),
-                    _warnings(trace))
+    changes = Changes(trace, view)
+    labelled = tuple(_labelled_event(item, replay, changes) for item in events)
+    return PassWalk(trace.mode, labelled, _final_grads(trace, view, replay, changes),
+                    _warnings(trace), trace.user_hooks)
 
 
-def _labelled_event(item: EventLabels, replay: Replay) -> LabelledEvent:
+def _labelled_event(item: EventLabels, replay: Replay, changes: Changes) -> LabelledEvent:
     event = item.event
     args = []
     for arg, label in zip(event.args, item.labels, strict=True):
         result = None
+        meaning = label.meaning
+        changed_by = changes.of_site(event, arg.name, label.site) if changes else None
+        if meaning is not None and changed_by is not None:
+            # Not the derivative its label names: the user's hook replaced what flows here.
+            meaning = dataclasses.replace(
+                meaning, modified=True, modified_by=changed_by,
+                text=f"{meaning.text}, as changed by your hook {changed_by}")
         # A call torch refused has nothing in the hook-free run to be checked against.
-        if label.site is not None and arg.value is not None and label.site.run in replay.runs:
+        elif label.site is not None and arg.value is not None and label.site.run in replay.runs:
             result = check(arg.value, replay.expected(label.site, arg.value.shape))
-        args.append(LabelledArg(arg.name, arg.value, label.meaning, result))
+        args.append(LabelledArg(arg.name, arg.value, meaning, result))
+    returned = None if event.returned is None else tuple(
+        LabelledArg(arg.name, arg.value, None, None) for arg in event.returned)
     return LabelledEvent(event.seq, event.phase, event.run, event.hook, event.target,
-                         event.node, tuple(args), item.why, item.call)
+                         event.node, tuple(args), item.why, item.call, event.user, returned,
+                         event.changed)
 
 
-def _final_grads(trace: PassTrace, view: GraphView, replay: Replay) -> tuple[FinalGrad, ...]:
-    """Each leaf's `.grad` after the pass, checked against the backward calls it summed."""
+def _final_grads(trace: PassTrace, view: GraphView, replay: Replay,
+                 changes: Changes) -> tuple[FinalGrad, ...]:
+    """Each leaf's `.grad` after the pass, checked against the backward calls it summed (not
+    where one of the user's hooks changed it)."""
     summed = trace.summed_runs(len(trace.runs))
+    runs = tuple(run.index for run in summed)
     grads = []
     for name, value in trace.grads:
         result = None
+        changed_by = changes.of_leaf(name, runs) if changes else None
+        if changed_by is not None:
+            grads.append(FinalGrad(name, value, None, changed_by))
+            continue
         if summed:
             total: torch.Tensor | None = None
             for run in summed:
@@ -87,6 +107,7 @@ def run_steps(spec: ModelSpec, trace: PassTrace, view: GraphView,
     """Every call in order: each leaf's `.grad` before, what the call adds, after (checked:
     after = before + added; autograd.grad adds nothing), and torch's error explained."""
     steps = []
+    changes = Changes(trace, view)
     for run in trace.runs:
         backward = run.kind == "backward"
         retain = (spec.backwards[run.call].retain_graph if backward
@@ -96,8 +117,11 @@ def run_steps(spec: ModelSpec, trace: PassTrace, view: GraphView,
         for name, after in run.after:
             added = (_leaf_total(trace, view, replay, name, run.index)
                      if backward and not run.failed else None)
-            result = None if run.failed else _accumulated(before.get(name), added, after)
-            leaves.append(LeafGrad(name, before.get(name), tensor_value(added), after, result))
+            changed_by = changes.of_leaf(name, (run.index,)) if changes else None
+            result = (None if run.failed or changed_by is not None
+                      else _accumulated(before.get(name), added, after))
+            leaves.append(LeafGrad(name, before.get(name), tensor_value(added), after, result,
+                                   changed_by))
         explanation = None
         if run.error is not None:
             earlier = tuple(item.index for item in trace.runs[:run.index - 1]

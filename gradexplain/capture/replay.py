@@ -17,9 +17,10 @@ from typing import Any
 import torch
 from torch.autograd.graph import GradientEdge
 
-from gradexplain.capture.build import Builder, build, make_tensor, observe
+from gradexplain.capture.build import Builder, Built, build, make_tensor, observe
 from gradexplain.capture.label import Site
 from gradexplain.capture.trace import grad_outputs
+from gradexplain.capture.user_hooks import user_hooks
 from gradexplain.errors import GradexplainError
 from gradexplain.language.model import ModelSpec
 from gradexplain.records.graph import real_order
@@ -51,6 +52,12 @@ class Replay:
                  make: Builder | None = None) -> None:
         self.spec = spec
         built = make() if make is not None else build(spec)
+        # A Python model's own backward hooks are off here (its forward hooks stay: they are
+        # part of what it computes), so what is checked is the true derivative.
+        with user_hooks(built.model, "replay", None):
+            self._run(trace, traced_order, built)
+
+    def _run(self, trace: PassTrace, traced_order: list[str], built: Built) -> None:
         named: dict[str, torch.Tensor] = {}
 
         def remember(name: str, value: Any) -> None:

@@ -16,7 +16,7 @@ from gradexplain.records.lessons.torch_errors import ErrorExplanation
 from gradexplain.records.lessons.vjp import VjpLesson
 from gradexplain.records.names import Naming
 from gradexplain.records.paths import module_title
-from gradexplain.records.trace import HookKind, Mode, Phase, RunError, TensorValue
+from gradexplain.records.trace import HookKind, Mode, Phase, RunError, TensorValue, UserHook
 
 Layout = Literal["as-is", "transposed", "reshaped", "summed"]
 
@@ -27,6 +27,8 @@ class Meaning:
 
     `partial` names the uses a value flows through when it is only part of the derivative
     (a tensor used twice: each use's hook sees its own share); None when it is all of it.
+    `modified` says the value is not that derivative because a hook replaced what flows;
+    `modified_by` names the user's own hook that did (capture/user_changes.py).
     """
 
     of: str
@@ -37,6 +39,7 @@ class Meaning:
     latex: str
     partial: str | None = None
     modified: bool = False
+    modified_by: str | None = None
 
 
 @dataclass(frozen=True)
@@ -53,6 +56,7 @@ class LabelledEvent:
 
     `call` is, for module backward hooks, the index of the module call (PassTrace.calls) it
     serves: how `diff` pairs a legacy call with the full one of the same forward call.
+    `user`, `returned` and `changed`: a call of the user's own hook (records.trace.Event).
     """
 
     seq: int
@@ -64,6 +68,9 @@ class LabelledEvent:
     args: tuple[LabelledArg, ...]
     why: str | None = None
     call: int | None = None
+    user: str | None = None
+    returned: tuple[LabelledArg, ...] | None = None
+    changed: bool = False
 
 
 @dataclass(frozen=True)
@@ -74,6 +81,7 @@ class Term:
     local: str
     value: TensorValue | None
     check: Check | None
+    modified_by: str | None = None  # the user's hook that changed what the pass saw here
 
 
 @dataclass(frozen=True)
@@ -114,6 +122,7 @@ class FinalGrad:
     name: str
     value: TensorValue | None
     check: Check | None
+    modified_by: str | None = None  # the user's hook that changed it (then not checked)
 
 
 @dataclass(frozen=True)
@@ -124,6 +133,7 @@ class PassWalk:
     events: tuple[LabelledEvent, ...]
     grads: tuple[FinalGrad, ...]
     warnings: tuple[ModuleWarning, ...]
+    user_hooks: tuple[UserHook, ...] = ()  # the user's own hooks, and whether this pass ran them
 
 
 @dataclass(frozen=True)
@@ -136,6 +146,7 @@ class LeafGrad:
     added: TensorValue | None
     after: TensorValue | None
     check: Check | None
+    modified_by: str | None = None  # the user's hook that changed it (then not checked)
 
 
 @dataclass(frozen=True)
