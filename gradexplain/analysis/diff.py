@@ -121,7 +121,9 @@ class _Module:
     def events(self, walk_pass: PassWalk, hook: str) -> dict[tuple[int, int], LabelledEvent]:
         found: dict[tuple[int, int], LabelledEvent] = {}
         for event in walk_pass.events:
-            if event.hook == hook and event.target == self.module and event.call is not None:
+            # gradexplain's own hook of the pass; the user's own (`user`) may sit beside it
+            if (event.hook == hook and event.target == self.module and event.call is not None
+                    and event.user is None):
                 found.setdefault((event.run, event.call), event)
         return found
 

@@ -128,7 +128,8 @@ def firing_order(trace: PassTrace, run: int = 1) -> FiringOrder | None:
     the rule behind its position; None if that run has no events."""
     if run < 1:
         raise ValueError(f"run {run}: runs are numbered from 1 (run 0 is the forward)")
-    events = sorted((event for event in trace.events if event.run == run),
+    # The rules are those of gradexplain's own hooks; the user's own calls are left out.
+    events = sorted((event for event in trace.events if event.run == run and event.user is None),
                     key=lambda event: event.seq)
     if not events:
         return None

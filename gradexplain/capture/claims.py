@@ -14,7 +14,7 @@ import torch
 
 from gradexplain.capture.checks import check
 from gradexplain.capture.replay import Replay, RunValues
-from gradexplain.records.graph import GraphView, Position
+from gradexplain.records.graph import Edge, GraphView, Position
 from gradexplain.records.names import canonical_name
 from gradexplain.records.trace import TensorValue
 from gradexplain.records.walk import Check, Meaning
@@ -110,18 +110,36 @@ class ClaimChecker:
         return next(iter(expands))
 
     def edges(self, position: Position, meaning: Meaning) -> list[Ranked]:
+        """The edges the claim's uses of the tensor are, ranked as the check run has them."""
+        return [(self.view.rank[node], number)
+                for node, number in self.graph_edges(position, meaning)]
+
+    def graph_edges(self, position: Position, meaning: Meaning) -> list[Edge]:
         """The edges the claim's uses of the tensor are: every read of it by each named op, or
         only the operand named."""
         readers = self.view.consumers.get(position, [])
-        found: list[Ranked] = []
+        found: list[Edge] = []
         for use in meaning.via:
             node = self.position(use.by)[0]
             numbers = [number for user, number in readers if user == node
                        and (use.operand is None or number == use.operand)]
             if not numbers:
                 raise ClaimError(f"{use.by} does not read {meaning.wrt}")
-            found += [(self.view.rank[node], number) for number in numbers]
+            found += [(node, number) for number in numbers]
         return found
+
+    def locate(self, meaning: Meaning) -> tuple[Position, list[Edge] | None] | None:
+        """Where in the pass's graph a claim's value flows: the position, and the edges it is
+        restricted to (None: all of them); None for zeros and for a claim naming nothing."""
+        if meaning.kind == "zero":
+            return None
+        try:
+            target = self.position(meaning.wrt)
+            if meaning.layout == "summed":
+                return self.expanded(meaning, target), None
+            return target, self.graph_edges(target, meaning) if meaning.via else None
+        except ClaimError:
+            return None
 
     def at(self, values: RunValues, position: Position, edges: list[Ranked] | None,
            shape: tuple[int, ...]) -> torch.Tensor:

@@ -6,12 +6,14 @@ against the hook-free run.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 from gradexplain.capture.checks import check
 from gradexplain.capture.label import VIEWS
 from gradexplain.capture.replay import Replay, RunValues
 from gradexplain.capture.rules import local_derivatives
 from gradexplain.capture.trace import tensor_value
+from gradexplain.capture.user_changes import Changes
 from gradexplain.language.expr import BinOp, Name, Number
 from gradexplain.language.model import ModelSpec
 from gradexplain.records.graph import GraphView
@@ -26,6 +28,7 @@ def derivations(spec: ModelSpec, trace: PassTrace, view: GraphView,
     done: dict[int, int] = {}
     derivations = []
     operands = _written_operands(spec)
+    changes = Changes(trace, view)
     for run in trace.runs:
         values = replay.runs.get(run.index)
         if values is None or run.failed:
@@ -34,7 +37,8 @@ def derivations(spec: ModelSpec, trace: PassTrace, view: GraphView,
             continue
         done[id(values)] = run.index
         traced = _traced(trace, run.index)
-        lines = [_line(view, values, node, traced.get(node), operands, naming) for node in
+        lines = [_line(view, values, node, traced.get(node), operands, naming,
+                       _changed_by(changes, run.index, node)) for node in
                  _topological(view, set(traced))]
         derivations.append(Derivation(run.index, run.kind, run.of,
                                       None if values.seed is None else tensor_value(values.seed),
@@ -65,6 +69,12 @@ def _topological(view: GraphView, ran: set[str]) -> list[str]:
     return order
 
 
+def _changed_by(changes: Changes, run: int, node: str) -> Callable[[int | None], str | None]:
+    """Which of the user's hooks changed what the pass saw at `node` (its edge, or None: what
+    arrives at it): that term shows the hook-free value, unchecked."""
+    return lambda number: changes.of_edge(run, node, number) if changes else None
+
+
 def _written_operands(spec: ModelSpec) -> dict[str, tuple[str | None, ...]]:
     """For each step `t = a op b`, the operands as written, by every name of `t`: a number or
     a tensor that needs no gradient has no graph edge, and is named from here instead."""
@@ -89,7 +99,7 @@ def _written(expr: object) -> str | None:
 def _line(view: GraphView, values: RunValues, node: str,
           traced: list[TensorValue | None] | None,
           operands: dict[str, tuple[str | None, ...]],
-          naming: Naming) -> DerivationLine:
+          naming: Naming, changed_by: Callable[[int | None], str | None]) -> DerivationLine:
     """One node: `traced` is what the traced pass saw flow out of it (see `_traced`)."""
     rank = view.rank[node]
     name = view.name_of(node)
@@ -101,8 +111,11 @@ def _line(view: GraphView, values: RunValues, node: str,
     upstream = values.totals.get((rank, number))
     if name == ACCUMULATE:
         seen = traced[0] if traced else None
-        result = None if seen is None or upstream is None else check(seen, upstream)
-        term = Term(output, f"{naming.short(output)}.grad += g", tensor_value(upstream), result)
+        changer = changed_by(None)
+        result = (None if seen is None or upstream is None or changer is not None
+                  else check(seen, upstream))
+        term = Term(output, f"{naming.short(output)}.grad += g", tensor_value(upstream), result,
+                    changer)
         return DerivationLine(name, output, tensor_value(upstream), (term,), True)
     edges = view.nodes[node].next
     inputs = [_tensor_name(view, view.resolve(edge), naming) for edge in edges]
@@ -121,8 +134,9 @@ def _line(view: GraphView, values: RunValues, node: str,
         if edges[index][0] is None or seen is None:
             continue  # no input there, or torch did not need it in this call
         share = values.edges.get((rank, index))
-        result = None if share is None else check(seen, share)
-        terms.append(Term(wrt, formula, tensor_value(share), result))
+        changer = changed_by(index)
+        result = None if share is None or changer is not None else check(seen, share)
+        terms.append(Term(wrt, formula, tensor_value(share), result, changer))
     return DerivationLine(name, output, tensor_value(upstream), tuple(terms), has_rule)
 
 

@@ -4,6 +4,7 @@ every backward or autograd.grad call with the `.grad`s around it, and torch's wa
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import Counter
 
@@ -15,6 +16,7 @@ from gradexplain.capture.label import EventLabels
 from gradexplain.capture.lessons.torch_errors import explain_error
 from gradexplain.capture.replay import Replay, ReplayMismatch
 from gradexplain.capture.trace import tensor_value
+from gradexplain.capture.user_changes import Changes
 from gradexplain.language.model import ModelSpec
 from gradexplain.records.graph import GraphView, Signature
 from gradexplain.records.lessons.torch_errors import Attempt
@@ -41,10 +43,11 @@ def checked_pass(trace: PassTrace, view: GraphView, events: list[EventLabels],
             raise AssertionError(f"the {trace.mode} pass's graph differs from the check run's")
         checker = ClaimChecker(view, replay)
     unchecked = Evaluated(None, str(replay))
-    labelled = tuple(_labelled_event(item, checker, unchecked) for item in events)
-    grads = _final_grads(trace, view, replay) if isinstance(replay, Replay) else tuple(
+    changes = Changes(trace, view)
+    labelled = tuple(_labelled_event(item, checker, unchecked, changes) for item in events)
+    grads = _final_grads(trace, view, replay, changes) if isinstance(replay, Replay) else tuple(
         FinalGrad(name, value, None) for name, value in trace.grads)
-    return PassWalk(trace.mode, labelled, grads, _warnings(trace))
+    return PassWalk(trace.mode, labelled, grads, _warnings(trace), user_hooks=trace.user_hooks)
 
 
 def graph_change(legacy_graph: Signature, full_graph: Signature) -> str | None:
@@ -76,26 +79,46 @@ def _ops(counts: Counter[str]) -> str:
 
 
 def _labelled_event(item: EventLabels, checker: ClaimChecker | None,
-                    unchecked: Evaluated) -> LabelledEvent:
+                    unchecked: Evaluated, changes: Changes) -> LabelledEvent:
     event = item.event
     args = []
     for arg, label in zip(event.args, item.labels, strict=True):
         result = Evaluated(None)
-        if label.site is not None and label.meaning is not None and arg.value is not None:
+        meaning = label.meaning
+        changed_by = None
+        if changes and meaning is not None and label.site is not None:
+            located = checker.locate(meaning) if checker is not None else None
+            changed_by = changes.of_claim(event, arg.name, meaning, label.site.run, located)
+        if meaning is not None and changed_by is not None:
+            # Not the derivative its label names: the user's hook replaced what flows here.
+            meaning = dataclasses.replace(
+                meaning, modified=True, modified_by=changed_by,
+                text=f"{meaning.text}, as changed by your hook {changed_by}")
+        elif label.site is not None and meaning is not None and arg.value is not None:
             result = (unchecked if checker is None
-                      else checker.evaluate(label.meaning, label.site.run, arg.value))
-        args.append(LabelledArg(arg.name, arg.value, label.meaning, result.check,
+                      else checker.evaluate(meaning, label.site.run, arg.value))
+        args.append(LabelledArg(arg.name, arg.value, meaning, result.check,
                                 result.not_checked))
+    returned = None if event.returned is None else tuple(
+        LabelledArg(arg.name, arg.value, None, None) for arg in event.returned)
     return LabelledEvent(event.seq, event.phase, event.run, event.hook, event.target,
-                         event.node, tuple(args), item.why, item.call)
+                         event.node, tuple(args), item.why, item.call, event.user, returned,
+                         event.changed)
 
 
-def _final_grads(trace: PassTrace, view: GraphView, replay: Replay) -> tuple[FinalGrad, ...]:
-    """Each leaf's `.grad` after the pass, checked against the backward calls it summed."""
+def _final_grads(trace: PassTrace, view: GraphView, replay: Replay,
+                 changes: Changes) -> tuple[FinalGrad, ...]:
+    """Each leaf's `.grad` after the pass, checked against the backward calls it summed (not
+    where one of the user's hooks changed it)."""
     summed = trace.summed_runs(len(trace.runs))
+    runs = tuple(run.index for run in summed)
     grads = []
     for name, value in trace.grads:
         result = None
+        changed_by = changes.of_leaf(name, runs) if changes else None
+        if changed_by is not None:
+            grads.append(FinalGrad(name, value, None, changed_by))
+            continue
         if summed:
             total: torch.Tensor | None = None
             for run in summed:
@@ -125,6 +148,7 @@ def run_steps(spec: ModelSpec, trace: PassTrace, view: GraphView,
     """Every call in order: each leaf's `.grad` before, what the call adds, after (checked:
     after = before + added; autograd.grad adds nothing), and torch's error explained."""
     steps = []
+    changes = Changes(trace, view)
     for run in trace.runs:
         backward = run.kind == "backward"
         retain = (spec.backwards[run.call].retain_graph if backward
@@ -134,8 +158,11 @@ def run_steps(spec: ModelSpec, trace: PassTrace, view: GraphView,
         for name, after in run.after:
             added = (_leaf_total(trace, view, replay, name, run.index)
                      if backward and not run.failed else None)
-            result = None if run.failed else _accumulated(before.get(name), added, after)
-            leaves.append(LeafGrad(name, before.get(name), tensor_value(added), after, result))
+            changed_by = changes.of_leaf(name, (run.index,)) if changes else None
+            result = (None if run.failed or changed_by is not None
+                      else _accumulated(before.get(name), added, after))
+            leaves.append(LeafGrad(name, before.get(name), tensor_value(added), after, result,
+                                   changed_by))
         explanation = None
         if run.error is not None:
             earlier = tuple(item.index for item in trace.runs[:run.index - 1]

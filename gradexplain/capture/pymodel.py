@@ -258,9 +258,25 @@ class PythonSource:
         model = copy.deepcopy(self.model)
         for parameter in model.parameters():
             parameter.grad = None
+        _copy_tensor_hooks(self.model, model)
         inputs = tuple(tensor.detach().clone().requires_grad_(spec.requires_grad)
                        for tensor, spec in zip(self.inputs, self.spec.inputs, strict=True))
         return Built(self.spec, model, inputs)
+
+
+def _copy_tensor_hooks(original: nn.Module, copied: nn.Module) -> None:
+    """The user's tensor hooks and post-accumulate-grad hooks on parameters, registered again
+    on the copy (`Parameter.__deepcopy__` drops them; module hooks come with the copy). They
+    run, are recorded or suspended as the pass needs: `capture/user_hooks.py`."""
+    parameters: dict[str, Any] = dict(copied.named_parameters())  # torch's hook API is untyped
+    for name, parameter in original.named_parameters():
+        target = parameters.get(name)
+        if target is None or not target.requires_grad:
+            continue
+        for hook in (parameter._backward_hooks or {}).values():
+            target.register_hook(hook)
+        for hook in (getattr(parameter, "_post_accumulate_grad_hooks", None) or {}).values():
+            target.register_post_accumulate_grad_hook(hook)
 
 
 def python_source(model: nn.Module, inputs: Sequence[torch.Tensor], target: str,

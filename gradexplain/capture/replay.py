@@ -18,8 +18,9 @@ from typing import Any
 import torch
 from torch.autograd.graph import GradientEdge
 
-from gradexplain.capture.build import Builder, build, make_tensor, observe
+from gradexplain.capture.build import Builder, Built, build, make_tensor, observe
 from gradexplain.capture.trace import grad_outputs
+from gradexplain.capture.user_hooks import user_hooks
 from gradexplain.errors import GradexplainError
 from gradexplain.language.model import ModelSpec
 from gradexplain.records.graph import Signature, real_order, signature
@@ -55,6 +56,13 @@ class Replay:
         registers hooks that do nothing on the same modules, so that its graph is the pass's."""
         self.spec = spec
         built = make() if make is not None else build(spec)
+        # A Python model's own backward hooks are off here (its forward hooks stay: they are
+        # part of what it computes), so what is checked is the true derivative.
+        with user_hooks(built.model, "replay", None):
+            self._run(trace, traced, built, wrapped)
+
+    def _run(self, trace: PassTrace, traced: Signature, built: Built,
+             wrapped: frozenset[str] | None) -> None:
         named: dict[str, torch.Tensor] = {}
 
         def remember(name: str, value: Any) -> None:

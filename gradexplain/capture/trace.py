@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from gradexplain.capture.build import Built, make_tensor, observe
+from gradexplain.capture.user_hooks import user_hooks
 from gradexplain.errors import ExpectationError, Location
 from gradexplain.language.model import GradOutputs
 from gradexplain.records.names import HOOK_WRAPPER, canonical_name, op_name
@@ -44,6 +45,7 @@ from gradexplain.records.trace import (
     Summary,
     TensorRecord,
     TensorValue,
+    UserHook,
     Warning_,
 )
 
@@ -56,6 +58,8 @@ def trace(built: Built, mode: Mode) -> PassTrace:
         warnings.simplefilter("always")
         recorder = _Recorder(built, mode, hooks)
         recorder.caught = caught
+        # First in, so last out: the user's hooks are put back after ours are removed.
+        recorder.user_hooks = hooks.enter_context(user_hooks(built.model, mode, recorder))
         recorder.register_module_hooks(hooks)
         recorder.register_leaf_hooks(hooks)
         with observe(recorder.named):
@@ -131,6 +135,7 @@ class _Recorder:
         self.returned: dict[str, torch.Tensor] = {}
         self.auto_names = built.spec.python is not None
         self.hooks = hooks  # every hook of the pass is entered here, so all are removed
+        self.user_hooks: list[UserHook] = []  # the user's own, found on the build
 
     # --- tensors and nodes -----------------------------------------------------------------
 
@@ -199,6 +204,30 @@ class _Recorder:
         name = None if node is None else node.name()
         self.events.append(Event(len(self.events), self.phase, self.run, hook, target, name,
                                  tuple(args), self.node_ids.get(node)))
+
+    def user_args(self, prefix: str, values: Any) -> list[Arg]:
+        """A user hook's arguments as recorded: `prefix[i]` for a tuple, `prefix` alone else."""
+        if isinstance(values, (tuple, list)):
+            return self.args(prefix, values)
+        return [self.arg(prefix, values)]
+
+    def user_call(self, hook: HookKind, target: str, function: str, received: list[Arg],
+                  returned: list[Arg] | None, changed: bool,
+                  tensor: torch.Tensor | None) -> None:
+        """One call of one of the user's own hooks, on the node and under the name one of
+        gradexplain's hooks of the same kind and place would have."""
+        node: Node | None = None
+        if tensor is not None:
+            known = self.tensor_index.get(id(tensor))
+            target = target if known is None else self.canonical(known)
+            node = tensor.grad_fn
+        elif hook in ("backward", "full_backward", "full_backward_pre"):
+            node = self.current_node
+        self.flush_warnings()
+        self.events.append(Event(
+            len(self.events), self.phase, self.run, hook, target,
+            None if node is None else node.name(), tuple(received), self.node_ids.get(node),
+            function, None if returned is None else tuple(returned), changed))
 
     def flush_warnings(self) -> None:
         after = len(self.events) - 1 if self.events else None
@@ -450,7 +479,8 @@ class _Recorder:
         grads = tuple((name, tensor_value(tensor.grad))
                       for name, tensor in self.built.leaves().items())
         return PassTrace(self.mode, tuple(self.events), tuple(tensors), graph,
-                         tuple(self.calls), tuple(self.runs), grads, tuple(self.warnings))
+                         tuple(self.calls), tuple(self.runs), grads, tuple(self.warnings),
+                         tuple(self.user_hooks))
 
 
 def grad_outputs(spec: GradOutputs, of: torch.Tensor) -> torch.Tensor:

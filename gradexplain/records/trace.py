@@ -80,6 +80,35 @@ class Event:
     node: str | None
     args: tuple[Arg, ...]
     node_id: str | None = None
+    # The user's own hooks (a Python model's, kept and recorded: capture/user_hooks.py): `user`
+    # names the user's function (None: one of gradexplain's hooks); `returned` is what it
+    # returned in place of its arguments (None: it returned None, so nothing was replaced);
+    # `changed` says the replacement differs from what it received (for a post-accumulate-grad
+    # hook: it changed `.grad` in place).
+    user: str | None = None
+    returned: tuple[Arg, ...] | None = None
+    changed: bool = False
+
+
+UserHookScope = Literal["module", "tensor", "global"]
+
+
+@dataclass(frozen=True)
+class UserHook:
+    """A hook the user's model came with, and whether this pass ran it (and why not).
+
+    `scope` says where it was registered: on a module (`target` its path, "" the model), on a
+    parameter (`target` its name), or globally for every module (`target` ""). `function` is
+    the user's function's name. A hook torch cannot combine with the pass's own hooks is not
+    run in that pass: `ran` is False and `why` says which rule of torch's forbids it.
+    """
+
+    hook: HookKind
+    scope: UserHookScope
+    target: str
+    function: str
+    ran: bool
+    why: str | None = None
 
 
 @dataclass(frozen=True)
@@ -190,6 +219,7 @@ class PassTrace:
     runs: tuple[Run, ...]
     grads: tuple[tuple[str, TensorValue | None], ...]
     warnings: tuple[Warning_, ...]
+    user_hooks: tuple[UserHook, ...] = ()  # the user's own hooks found on the build
 
     def named(self, name: str) -> TensorRecord | None:
         return self._by_name.get(name)

@@ -16,7 +16,7 @@ from gradexplain.records.lessons.torch_errors import ErrorExplanation
 from gradexplain.records.lessons.vjp import VjpLesson
 from gradexplain.records.names import Naming
 from gradexplain.records.paths import module_title
-from gradexplain.records.trace import HookKind, Mode, Phase, RunError, TensorValue
+from gradexplain.records.trace import HookKind, Mode, Phase, RunError, TensorValue, UserHook
 
 Layout = Literal["as-is", "transposed", "reshaped", "summed"]
 # What a label claims a value is: a derivative; zeros (what torch hands on where no gradient
@@ -47,6 +47,8 @@ class Meaning:
     uses): summed over `summed_dims` it gives d`of`/d`wrt` (via that expand). `runs` lists the
     backward calls a `.grad` holds, when more than the event's own; `stale_from` the call a
     stale grad_output was left by.
+    `modified` says the value is not that derivative because a hook replaced what flows;
+    `modified_by` names the user's own hook that did (capture/user_changes.py).
     """
 
     of: str
@@ -62,6 +64,7 @@ class Meaning:
     summed_dims: tuple[int, ...] = ()
     runs: tuple[int, ...] = ()
     stale_from: int | None = None
+    modified_by: str | None = None
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,7 @@ class LabelledEvent:
 
     `call` is, for module backward hooks, the index of the module call (PassTrace.calls) it
     serves: how `diff` pairs a legacy call with the full one of the same forward call.
+    `user`, `returned` and `changed`: a call of the user's own hook (records.trace.Event).
     """
 
     seq: int
@@ -92,6 +96,9 @@ class LabelledEvent:
     args: tuple[LabelledArg, ...]
     why: str | None = None
     call: int | None = None
+    user: str | None = None
+    returned: tuple[LabelledArg, ...] | None = None
+    changed: bool = False
 
 
 @dataclass(frozen=True)
@@ -102,6 +109,7 @@ class Term:
     local: str
     value: TensorValue | None
     check: Check | None
+    modified_by: str | None = None  # the user's hook that changed what the pass saw here
 
 
 @dataclass(frozen=True)
@@ -142,6 +150,7 @@ class FinalGrad:
     name: str
     value: TensorValue | None
     check: Check | None
+    modified_by: str | None = None  # the user's hook that changed it (then not checked)
 
 
 @dataclass(frozen=True)
@@ -155,6 +164,7 @@ class PassWalk:
     # How this pass's hooks changed what the model computes (the full pass's graph differs
     # from the legacy one's), said plainly; None when they did not.
     graph_changed: str | None = None
+    user_hooks: tuple[UserHook, ...] = ()  # the user's own hooks, and whether this pass ran them
 
 
 @dataclass(frozen=True)
@@ -167,6 +177,7 @@ class LeafGrad:
     added: TensorValue | None
     after: TensorValue | None
     check: Check | None
+    modified_by: str | None = None  # the user's hook that changed it (then not checked)
 
 
 @dataclass(frozen=True)

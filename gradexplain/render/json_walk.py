@@ -32,11 +32,15 @@ def _pass(walk_pass: PassWalk) -> dict[str, Any]:
     }
     if walk_pass.graph_changed:
         result["graph_changed"] = walk_pass.graph_changed
+    if walk_pass.user_hooks:
+        # Beyond the contract, only for a model with hooks of its own: each, and whether this
+        # pass ran it (and why not).
+        result["user_hooks"] = [to_data(hook) for hook in walk_pass.user_hooks]
     return result
 
 
 def _event(event: LabelledEvent) -> dict[str, Any]:
-    return {
+    result = {
         "seq": event.seq,
         "phase": event.phase,
         "hook": event.hook,
@@ -44,6 +48,14 @@ def _event(event: LabelledEvent) -> dict[str, Any]:
         "node": event.node,
         "args": [arg_json(arg) for arg in event.args],
     }
+    if event.user is not None:
+        # A call of the user's own hook: its function, what it returned in place of its
+        # arguments (null: None, nothing replaced), and whether that changed the value.
+        result["user"] = event.user
+        result["returned"] = (None if event.returned is None
+                              else [arg_json(arg) for arg in event.returned])
+        result["changed"] = event.changed
+    return result
 
 
 def arg_json(arg: LabelledArg) -> dict[str, Any]:
@@ -87,6 +99,8 @@ def _meaning(meaning: Meaning) -> dict[str, Any]:
         result["runs"] = list(meaning.runs)
     if meaning.stale_from is not None:
         result["stale_from"] = meaning.stale_from
+    if meaning.modified_by is not None:
+        result["modified_by"] = meaning.modified_by
     return result
 
 

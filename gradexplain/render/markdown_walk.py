@@ -38,6 +38,7 @@ from gradexplain.render.markdown import (
     table,
 )
 from gradexplain.render.marks import check_cell, value_cell
+from gradexplain.render.user_hooks import user_hook_line, user_mark
 
 PASS_HOOKS = {
     "legacy": "`register_backward_hook` on every module",
@@ -171,6 +172,9 @@ def pass_markdown(walk_pass: PassWalk, level: int = 2, warnings: bool = True) ->
     parts = [heading(level, f"Hook timeline: {mode} pass"), intro]
     if walk_pass.graph_changed:
         parts.append(_alert("NOTE", escape(walk_pass.graph_changed)))
+    if walk_pass.user_hooks:
+        parts.append(bullets([escape(user_hook_line(hook, mode))
+                              for hook in walk_pass.user_hooks]))
     if walk_pass.events:
         parts.append(timeline_table(walk_pass.events))
     else:
@@ -181,7 +185,9 @@ def pass_markdown(walk_pass: PassWalk, level: int = 2, warnings: bool = True) ->
         parts += [f"Where each legacy hook sits ({fmt(len(whys))} module backward hooks):",
                   bullets(whys)]
     if walk_pass.grads:
-        rows = [[code(grad.name), value_cell(grad.value), check_cell(grad.check)]
+        rows = [[code(grad.name), value_cell(grad.value),
+                 italic(f"changed by your hook {escape(grad.modified_by)}: not checked")
+                 if grad.modified_by is not None else check_cell(grad.check)]
                 for grad in walk_pass.grads]
         parts += [heading(level + 1, f"Final .grad: {mode} pass"),
                   "The `.grad` of every leaf after the pass.",
@@ -204,18 +210,27 @@ def timeline_table(events: Sequence[LabelledEvent]) -> str:
     for event in events:
         first = [fmt(event.seq), code(event.hook), _target(event),
                  code(display_node(event.node)) if event.node else ""]
+        if event.user is not None:
+            first[1] += " " + italic(escape(user_mark(event.user)))
         if not event.args:
             rows.append(first + [italic("(no arguments)"), "", "", ""])
         for index, arg in enumerate(event.args):
             lead = first if index == 0 else ["", "", "", ""]
             rows.append(lead + _arg_cells(event, arg))
+        for arg in event.returned or ():
+            note = "what your hook returned" + (" (changed)" if event.changed else "")
+            rows.append(["", "", "", "", code("→ " + arg.name), italic(note),
+                         value_cell(arg.value), ""])
     return table(TIMELINE_HEADERS, rows, ("right", None, None, None, None, None, None, None))
 
 
 def _arg_cells(event: LabelledEvent, arg: LabelledArg) -> list[str]:
     if arg.meaning is not None:
         derivative = math(arg.meaning.latex)
-        if arg.meaning.modified:
+        if arg.meaning.modified_by is not None:
+            derivative += " " + italic(escape(f"(changed by your hook {arg.meaning.modified_by}: "
+                                              "not checked)"))
+        elif arg.meaning.modified:
             derivative += " " + italic("(modified by an intervention)")
     else:
         derivative = "forward value" if event.phase == "forward" else ""

@@ -32,6 +32,7 @@ from gradexplain.records.walk import (
 from gradexplain.render.collapse import Folded, Shown, folded_blocks, plan_folds, shape_key
 from gradexplain.render.lessons import lessons_text
 from gradexplain.render.marks import check_mark
+from gradexplain.render.user_hooks import user_hook_line, user_mark
 
 PASS_TITLES = {
     "legacy": "legacy pass: register_backward_hook on every module",
@@ -96,7 +97,9 @@ def _derivation_line(numerator: str, line: DerivationLine, naming: Naming) -> Re
                     style="dim")
     for term in line.terms:
         table.add_row(f"  → {naming.short(term.wrt)}:",
-                      Text(f"{term.local} = {fmt_value(term.value)}"), check_mark(term.check))
+                      Text(f"{term.local} = {fmt_value(term.value)}"),
+                      _changed_mark(term.modified_by, "the pass saw it ") or
+                      check_mark(term.check))
     return Group(head, table)
 
 
@@ -104,11 +107,15 @@ def _pass(walk_pass: PassWalk, collapse: bool) -> RenderableType:
     parts: list[RenderableType] = [Text(PASS_TITLES[walk_pass.mode], style="bold underline")]
     if walk_pass.graph_changed:
         parts.append(Text(f"Note: {walk_pass.graph_changed}", style="yellow"))
+    for hook in walk_pass.user_hooks:
+        parts.append(Padding(Text(user_hook_line(hook, walk_pass.mode), style="magenta"),
+                             (0, 0, 0, 2)))
     parts += _folding_repeats(walk_pass.events, _event, _event_outline, "events", collapse)
     if walk_pass.grads:
         grads = Table.grid(padding=(0, 1))
         for grad in walk_pass.grads:
-            grads.add_row(f"{grad.name}.grad =", fmt_value(grad.value), check_mark(grad.check))
+            grads.add_row(f"{grad.name}.grad =", fmt_value(grad.value),
+                          _changed_mark(grad.modified_by) or check_mark(grad.check))
         parts += [Text("final .grad of every leaf", style="bold"), Padding(grads, (0, 0, 0, 2))]
     if walk_pass.warnings:
         parts.append(Text("torch warned (shown once per module):", style="bold yellow"))
@@ -127,6 +134,8 @@ def _event(event: LabelledEvent) -> RenderableType:
                          (module_title(event.target), "cyan"))
     if event.node:
         head.append(f" on {display_node(event.node)}")
+    if event.user is not None:
+        head.append(f"  {user_mark(event.user)}", style="bold magenta")
     rows = Table.grid(padding=(0, 2))
     rows.add_column(no_wrap=True)
     rows.add_column(max_width=40)
@@ -135,8 +144,13 @@ def _event(event: LabelledEvent) -> RenderableType:
     for arg in event.args:
         meaning = arg.meaning.text if arg.meaning is not None else (
             "(forward value)" if event.phase == "forward" else "")
-        rows.add_row(arg.name, meaning, fmt_value(arg.value),
-                     check_mark(arg.check, arg.not_checked))
+        mark = check_mark(arg.check, arg.not_checked)
+        if arg.meaning is not None and arg.meaning.modified_by is not None:
+            mark = Text("not checked", style="magenta")
+        rows.add_row(arg.name, meaning, fmt_value(arg.value), mark)
+    for arg in event.returned or ():
+        note = "what your hook returned" + (" (changed)" if event.changed else " (the same)")
+        rows.add_row(f"→ {arg.name}", Text(note, style="magenta"), fmt_value(arg.value), "")
     parts: list[RenderableType] = [head]
     if event.why:
         parts.append(Padding(Text(event.why, style="dim italic"), (0, 0, 0, 6)))
@@ -191,7 +205,8 @@ def _fold_note(fold: Folded, blocks: range | None, what: str, checks: int) -> Te
 
 
 def _event_outline(event: LabelledEvent) -> _Outline:
-    rows = [f"{event.phase} {event.hook} {event.target} {event.node or ''}", event.why or ""]
+    rows = [f"{event.phase} {event.hook} {event.target} {event.node or ''} {event.user or ''}",
+            event.why or "", f"{event.returned is not None} {event.changed}"]
     rows += [f"{arg.name} {arg.meaning.text if arg.meaning else ''} {_mark(arg.check)}"
              for arg in event.args]
     text = "\n".join(rows)
@@ -211,6 +226,13 @@ def _line_outline(line: DerivationLine) -> _Outline:
     shape = None if failed else (shape_key(text), _size(line.upstream),
                                  tuple(_size(term.value) for term in line.terms))
     return _Outline(text, shape, len(checks))
+
+
+def _changed_mark(function: str | None, prefix: str = "") -> Text | None:
+    """Where the user's hook changed a value: said instead of a check (none was made)."""
+    if function is None:
+        return None
+    return Text(f"{prefix}changed by your hook {function}: not checked", style="magenta")
 
 
 def _mark(check: Check | None) -> str:

@@ -96,7 +96,7 @@ def plain_full_hooks(model: nn.Module, x: torch.Tensor) -> Received:
         for path, module in plain.named_modules()]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        plain(x.clone().requires_grad_(True)).sum().backward()
+        plain(x.detach().clone().requires_grad_(True)).sum().backward()
     for handle in handles:
         handle.remove()
     return received
@@ -129,7 +129,7 @@ def test_a_forward_asking_is_walks_with_every_check_verified(name: str) -> None:
     make, shape = MODELS[name]
     torch.manual_seed(0)
     model = make()
-    x = torch.randn(*shape)
+    x = torch.randn(*shape, requires_grad=True)
     result = explain(model, x)
     assert result.failures() == []
     legacy, full = result.walk.passes

@@ -23,7 +23,7 @@ from gradexplain.analysis.order import FiringOrder
 from gradexplain.records.diff import FindingKind
 from gradexplain.records.session import SCHEMA as SESSION_SCHEMA
 from gradexplain.records.session import Session
-from gradexplain.records.trace import HookKind, Mode, Phase
+from gradexplain.records.trace import HookKind, Mode, Phase, UserHook
 from gradexplain.records.walk import Layout, Lessons, RunStep
 from gradexplain.render.json_diff import SCHEMA as DIFF_SCHEMA
 from gradexplain.render.json_walk import SCHEMA as WALK_SCHEMA
@@ -240,8 +240,12 @@ def contract_defs() -> dict[str, Schema]:
                 "text": {"type": "string", "description": "The label, e.g. ∂z/∂t."},
                 "latex": {"type": "string"},
                 "modified": {"const": True,
-                             "description": "Present only where an intervention changed the "
-                                            "value."},
+                             "description": "Present only where a hook (an intervention, or "
+                                            "the user's own) changed the value."},
+                "modified_by": {"type": "string",
+                                "description": "Present only where the user's own hook changed "
+                                               "the value (then it is not checked): the hook's "
+                                               "function."},
                 "kind": {"enum": ["zero", "stale"],
                          "description": "Present only where the claim is not a derivative's "
                                         "value: zeros torch hands on where no gradient flows, "
@@ -312,6 +316,10 @@ def walk_schema() -> Schema:
                 "graph_changed": {"type": "string",
                                   "description": "Present only where this pass's hooks changed "
                                                  "what the model computes: how, in words."},
+                "user_hooks": {"type": "array", "items": derived.of(UserHook),
+                               "description": "Beyond the contract, present only for a model "
+                                              "with hooks of its own: each, and whether this "
+                                              "pass ran it (why not, if not)."},
             },
             "required": ["mode", "events", "grads"],
         },
@@ -329,6 +337,15 @@ def walk_schema() -> Schema:
                 "node": {"type": ["string", "null"],
                          "description": "The autograd node involved, where there is one."},
                 "args": {"type": "array", "items": {"$ref": "#/$defs/argument"}},
+                "user": {"type": "string",
+                         "description": "Present only for a call of the user's own hook: its "
+                                        "function's name."},
+                "returned": {"type": ["array", "null"], "items": {"$ref": "#/$defs/argument"},
+                             "description": "With user: what the hook returned in place of its "
+                                            "arguments (null: it returned None)."},
+                "changed": {"type": "boolean",
+                            "description": "With user: whether what it returned (or edited in "
+                                           "place) differs from what it received."},
             },
             "required": ["seq", "phase", "hook", "target", "node", "args"],
         },
