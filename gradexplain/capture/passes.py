@@ -36,7 +36,7 @@ def checked_pass(trace: PassTrace, view: GraphView, events: list[EventLabels],
         raise AssertionError(f"the {trace.mode} pass's graph differs from the check run's")
     labelled = tuple(_labelled_event(item, replay) for item in events)
     return PassWalk(trace.mode, labelled, _final_grads(trace, view, replay),
-                    _warnings(trace))
+                    _warnings(trace), trace.refusals)
 
 
 def _labelled_event(item: EventLabels, replay: Replay) -> LabelledEvent:

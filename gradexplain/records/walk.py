@@ -16,7 +16,7 @@ from gradexplain.records.lessons.torch_errors import ErrorExplanation
 from gradexplain.records.lessons.vjp import VjpLesson
 from gradexplain.records.names import Naming
 from gradexplain.records.paths import module_title
-from gradexplain.records.trace import HookKind, Mode, Phase, RunError, TensorValue
+from gradexplain.records.trace import HookKind, Mode, Phase, Refusal, RunError, TensorValue
 
 Layout = Literal["as-is", "transposed", "reshaped", "summed"]
 
@@ -124,6 +124,8 @@ class PassWalk:
     events: tuple[LabelledEvent, ...]
     grads: tuple[FinalGrad, ...]
     warnings: tuple[ModuleWarning, ...]
+    # Modules torch refuses full hooks on (an in-place op): no full events for them.
+    refusals: tuple[Refusal, ...] = ()
 
 
 @dataclass(frozen=True)

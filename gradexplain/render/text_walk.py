@@ -20,6 +20,7 @@ from rich.text import Text
 from gradexplain.records.names import Naming
 from gradexplain.records.numbers import fmt, fmt_value
 from gradexplain.records.paths import module_title
+from gradexplain.records.refusals import refusal_text
 from gradexplain.records.trace import TensorValue
 from gradexplain.records.walk import (
     Check,
@@ -102,6 +103,8 @@ def _derivation_line(numerator: str, line: DerivationLine, naming: Naming) -> Re
 
 def _pass(walk_pass: PassWalk, collapse: bool) -> RenderableType:
     parts: list[RenderableType] = [Text(PASS_TITLES[walk_pass.mode], style="bold underline")]
+    for refusal in walk_pass.refusals:
+        parts.append(Padding(Text(refusal_text(refusal), style="yellow"), (0, 0, 0, 2)))
     parts += _folding_repeats(walk_pass.events, _event, _event_outline, "events", collapse)
     if walk_pass.grads:
         grads = Table.grid(padding=(0, 1))
