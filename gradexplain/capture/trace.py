@@ -10,7 +10,8 @@ spec's backward and autograd.grad calls. Every call of every hook becomes an Eve
 order, with its arguments copied to plain values at once (hooks never change what flows).
 
 Legacy and full module hooks cannot share a module (torch raises), hence two passes on two
-identical builds.
+identical builds. The full pass leaves full hooks off the modules torch would refuse them on
+(an in-place op on what they wrap: `inplace` finds them, the PassTrace keeps them as refusals).
 """
 
 from __future__ import annotations
