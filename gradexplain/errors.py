@@ -170,6 +170,11 @@ class ModelRunError(BadInput):
     or it returned something that cannot be backpropagated)."""
 
 
+class HookRefusedError(BadInput):
+    """torch refused full backward hooks on the model even on the modules left after the
+    in-place probe's refusals (and the wider set tried next): the in-place op was not found."""
+
+
 class SessionError(BadInput):
     """A saved session (`walk --save`) that cannot be loaded: not JSON, another schema, or a
     value of the wrong kind at some key path."""

@@ -17,6 +17,7 @@ from typing import Literal
 from gradexplain.records.diff import ArgRow, CallDiff, Finding, HookDiff, ModuleDiff, unique
 from gradexplain.records.names import canonical_name, op_title
 from gradexplain.records.paths import module_title
+from gradexplain.records.refusals import refusal_text
 from gradexplain.records.session import Session
 from gradexplain.records.trace import ModuleCall, PassTrace, TensorRecord
 from gradexplain.records.walk import LabelledArg, LabelledEvent, Meaning, PassWalk
@@ -65,6 +66,8 @@ class _Module:
         self.last_node = node
         self.made = self.record_name(legacy, first.outputs[0]) if first and first.outputs else None
         self.step = self.step_text(self.made)
+        # Why the full pass has no full hooks on this module, if torch refuses them.
+        self.refusals = [item for item in full.refusals if item.module == module]
 
     # --- names -------------------------------------------------------------------------------
 
@@ -358,6 +361,10 @@ class _Module:
                 why = f"the node it sits on ({node}) did not run in run {run}"
             yield Finding("never_fires", f"legacy never fires: {why}")
             return
+        if self.refusals:
+            for refusal in self.refusals:
+                yield Finding("refused", f"full never fires: {refusal_text(refusal)}")
+            return
         warned = [warning.message for walk_pass in self.session.walk.passes
                   if walk_pass.mode == "full" for warning in walk_pass.warnings
                   if warning.module == self.module]
@@ -375,6 +382,8 @@ class _Module:
         module = module_title(self.module)
         if not calls:
             return f"no backward ran through {module}: neither hook fires"
+        if self.refusals:
+            return "; ".join(refusal_text(refusal) for refusal in self.refusals)
         if all(call.legacy_seq is None for call in calls):
             if all(call.full_seq is None for call in calls):
                 return f"neither hook fires: no gradient reaches {module}"

@@ -47,7 +47,8 @@ def checked_pass(trace: PassTrace, view: GraphView, events: list[EventLabels],
     labelled = tuple(_labelled_event(item, checker, unchecked, changes) for item in events)
     grads = _final_grads(trace, view, replay, changes) if isinstance(replay, Replay) else tuple(
         FinalGrad(name, value, None) for name, value in trace.grads)
-    return PassWalk(trace.mode, labelled, grads, _warnings(trace), user_hooks=trace.user_hooks)
+    return PassWalk(trace.mode, labelled, grads, _warnings(trace), user_hooks=trace.user_hooks,
+                    refusals=trace.refusals)
 
 
 def graph_change(legacy_graph: Signature, full_graph: Signature) -> str | None:

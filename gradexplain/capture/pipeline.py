@@ -19,15 +19,24 @@ from torch import nn
 
 from gradexplain.capture.build import Builder, build
 from gradexplain.capture.derive import derivations
+from gradexplain.capture.inplace import probe_inplace
 from gradexplain.capture.label import label_pass
 from gradexplain.capture.lessons import lessons_for
 from gradexplain.capture.passes import checked_pass, graph_change, run_steps
 from gradexplain.capture.replay import Replay, ReplayMismatch
 from gradexplain.capture.trace import trace, value_limit
-from gradexplain.errors import UsageError
+from gradexplain.errors import (
+    HookRefusedError,
+    ModelRunError,
+    SpecRunError,
+    UsageError,
+    first_line,
+    first_line_of,
+)
 from gradexplain.language.model import ModelSpec
 from gradexplain.output_path import WHOLE, OutputPath, parse_output_path, path_text
 from gradexplain.records.names import Naming
+from gradexplain.records.paths import module_title
 from gradexplain.records.session import Session, forward_steps
 from gradexplain.records.trace import PYTHON_VALUE_LIMIT, PassTrace
 from gradexplain.records.walk import Walk
@@ -78,8 +87,42 @@ def _walk(spec: ModelSpec, spec_path: str, make: Builder | None,
     progress(STAGES[0])
     legacy = trace(fresh(), "legacy")
     progress(STAGES[1])
-    full = trace(fresh(), "full")
+    full = _full_pass(fresh)
     return _label_and_check(spec, spec_path, legacy, full, fresh, progress), (legacy, full)
+
+
+def _full_pass(fresh: Builder) -> PassTrace:
+    """The full pass, without full hooks on the modules torch would refuse them on (found by
+    one probe forward, `inplace`). If torch refuses anyway (an in-place op the probe could not
+    tie to a call), once more without them on every call whose tensors an in-place op touched;
+    if that fails too, a clear error rather than a model refused for a hint it cannot act on."""
+    probe = probe_inplace(fresh())
+    tried = probe.refusals
+    for attempt in range(2):
+        try:
+            full = trace(fresh(), "full", tried)
+        except (ModelRunError, SpecRunError) as error:
+            message = first_line(error.__cause__ or error)
+            if not _hook_view_error(message):
+                raise
+        else:
+            refused_run = next((run.error for run in full.runs if run.error is not None
+                                and _hook_view_error(run.error.message)), None)
+            if refused_run is None:
+                return full
+            message = first_line_of(refused_run.message)
+        if attempt == 0 and probe.wider:
+            tried = probe.refusals + probe.wider
+    refused = ", ".join(module_title(item.module) for item in tried) or "no module"
+    raise HookRefusedError(
+        "torch refused full backward hooks on this model (a BackwardHookFunction view was "
+        f"changed in place) after gradexplain left them off {refused}: the in-place op could "
+        f"not be tied to a module call. torch said: {message}")
+
+
+def _hook_view_error(message: str) -> bool:
+    """torch's refusal of an in-place change to a full hook's view (or its base)."""
+    return "created inside a custom function" in message.lower()
 
 
 def _label_and_check(spec: ModelSpec, spec_path: str, legacy: PassTrace, full: PassTrace,

@@ -10,7 +10,8 @@ spec's backward and autograd.grad calls. Every call of every hook becomes an Eve
 order, with its arguments copied to plain values at once (hooks never change what flows).
 
 Legacy and full module hooks cannot share a module (torch raises), hence two passes on two
-identical builds.
+identical builds. The full pass leaves full hooks off the modules torch would refuse them on
+(an in-place op on what they wrap: `inplace` finds them, the PassTrace keeps them as refusals).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from gradexplain.records.trace import (
     ModuleCall,
     PassTrace,
     Phase,
+    Refusal,
     Run,
     RunError,
     Summary,
@@ -52,11 +54,14 @@ from gradexplain.records.trace import (
 Node = Any  # torch.autograd.graph.Node: C++ node classes without a usable static type
 
 
-def trace(built: Built, mode: Mode) -> PassTrace:
-    """Run `built` forward and backward with every hook registered; return what they saw."""
+def trace(built: Built, mode: Mode, refusals: tuple[Refusal, ...] = ()) -> PassTrace:
+    """Run `built` forward and backward with every hook registered; return what they saw.
+    In the full pass, the modules named in `refusals` get no full hooks (torch would refuse
+    them: see `inplace`); every other hook stays."""
     with ExitStack() as hooks, warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         recorder = _Recorder(built, mode, hooks)
+        recorder.refusals = refusals
         recorder.caught = caught
         # First in, so last out: the user's hooks are put back after ours are removed.
         recorder.user_hooks = hooks.enter_context(user_hooks(built.model, mode, recorder))
@@ -116,9 +121,13 @@ class _Recorder:
         self.events: list[Event] = []
         self.caught: list[warnings.WarningMessage] = []
         self.warnings: list[Warning_] = []
-        # Tensors are kept alive here so that id() stays unique for the whole pass.
+        # Tensors are kept alive here so that id() stays unique for the whole pass. A tensor
+        # changed in place is another tensor from then on (`relu_` on a BatchNorm output): it
+        # is keyed by its grad_fn too, and `tensor_nodes` keeps the grad_fn each one had.
         self.tensor_objects: list[torch.Tensor] = []
-        self.tensor_index: dict[int, int] = {}
+        self.tensor_nodes: list[Node | None] = []
+        self.output_numbers: list[int] = []
+        self.tensor_index: dict[tuple[int, Node | None], int] = {}
         self.tensor_names: list[list[str]] = []
         self.name_owner: dict[str, int] = {}
         self.name_uses: dict[str, int] = {}
@@ -136,14 +145,17 @@ class _Recorder:
         self.auto_names = built.spec.python is not None
         self.hooks = hooks  # every hook of the pass is entered here, so all are removed
         self.user_hooks: list[UserHook] = []  # the user's own, found on the build
+        self.refusals: tuple[Refusal, ...] = ()
 
     # --- tensors and nodes -----------------------------------------------------------------
 
     def index(self, tensor: torch.Tensor) -> int:
-        key = id(tensor)
+        key = _key(tensor)
         if key not in self.tensor_index:
             self.tensor_index[key] = len(self.tensor_objects)
             self.tensor_objects.append(tensor)
+            self.tensor_nodes.append(key[1])
+            self.output_numbers.append(tensor.output_nr if key[1] is not None else 0)
             self.tensor_names.append([])
         return self.tensor_index[key]
 
@@ -164,7 +176,7 @@ class _Recorder:
             return
         owner = self.name_owner.get(name)
         if owner is not None:
-            if owner == self.tensor_index.get(id(value)):
+            if owner == self.tensor_index.get(_key(value)):
                 return
             if name in self.input_names:
                 # The model's own view of an input: it answers to the input's name, but the
@@ -180,6 +192,9 @@ class _Recorder:
         if first and value.requires_grad:
             self.hooks.enter_context(value.register_hook(self.tensor_hook(index)))
 
+    def leaf_index(self, leaf: torch.Tensor | None) -> int | None:
+        return None if leaf is None else self.tensor_index.get((id(leaf), None))
+
     def node_id(self, node: Node | None) -> str | None:
         if node is None:
             return None
@@ -194,7 +209,7 @@ class _Recorder:
     def arg(self, name: str, value: Any) -> Arg:
         if not isinstance(value, torch.Tensor):
             return Arg(name, None, None)
-        known = self.tensor_index.get(id(value))
+        known = self.tensor_index.get(_key(value))
         if known is None and self.phase == "forward":
             known = self.index(value)
         return Arg(name, tensor_value(value), known)
@@ -218,7 +233,7 @@ class _Recorder:
         gradexplain's hooks of the same kind and place would have."""
         node: Node | None = None
         if tensor is not None:
-            known = self.tensor_index.get(id(tensor))
+            known = self.tensor_index.get(_key(tensor))
             target = target if known is None else self.canonical(known)
             node = tensor.grad_fn
         elif hook in ("backward", "full_backward", "full_backward_pre"):
@@ -238,13 +253,14 @@ class _Recorder:
     # --- hooks ----------------------------------------------------------------------------
 
     def register_module_hooks(self, hooks: ExitStack) -> None:
+        refused = {refusal.module for refusal in self.refusals}
         for path, module in self.built.model.named_modules():
             hooks.enter_context(module.register_forward_pre_hook(self.forward_pre_hook(path)))
             hooks.enter_context(module.register_forward_hook(self.forward_hook(path)))
             if self.mode == "legacy":
                 hooks.enter_context(
                     module.register_backward_hook(self.backward_hook(path, "backward")))
-            else:
+            elif path not in refused:
                 hooks.enter_context(
                     module.register_full_backward_pre_hook(self.full_backward_pre_hook(path)))
                 hooks.enter_context(
@@ -333,8 +349,10 @@ class _Recorder:
 
     def tensor_hook(self, index: int) -> Any:
         def hook(grad: torch.Tensor) -> None:
-            tensor = self.tensor_objects[index]
-            self.record("tensor", self.canonical(index), tensor.grad_fn, [self.arg("grad", grad)])
+            # The grad_fn the tensor had when hooked: a hook put on before an in-place change
+            # receives the gradient of the tensor as it was then.
+            self.record("tensor", self.canonical(index), self.tensor_nodes[index],
+                        [self.arg("grad", grad)])
         return hook
 
     def post_accumulate_hook(self, name: str) -> Any:
@@ -342,7 +360,7 @@ class _Recorder:
             # The hook receives the leaf itself; what it is there to show is the .grad just
             # accumulated, so that is the value recorded under the argument's name.
             self.record("post_accumulate_grad", name, None,
-                        [Arg("tensor", tensor_value(tensor.grad), self.tensor_index[id(tensor)])])
+                        [Arg("tensor", tensor_value(tensor.grad), self.tensor_index[_key(tensor)])])
         return hook
 
     def node_pre_hook(self, node: Node) -> Any:
@@ -394,7 +412,7 @@ class _Recorder:
                                                     retain_graph=backward.retain_graph),  # noqa: B023
                     of, backward.expect_error, backward.where)
                 self.runs.append(Run(self.run, "backward", backward.of, (), (),
-                                     self.tensor_index.get(id(of)), fresh or zero, number,
+                                     self.tensor_index.get(_key(of)), fresh or zero, number,
                                      tensor_value(gradient), before, self.leaf_grads(), error))
                 fresh = False
         for number, call in enumerate(self.spec.grads):
@@ -414,7 +432,7 @@ class _Recorder:
             error = self.attempt(run_grad, of, call.expect_error, call.where)
             self.runs.append(Run(self.run, "grad", call.of, call.wrt,
                                  tuple(tensor_value(item) for item in result),
-                                 self.tensor_index.get(id(of)), True, number,
+                                 self.tensor_index.get(_key(of)), True, number,
                                  tensor_value(seed), before, self.leaf_grads(), error))
 
     def leaf_grads(self) -> tuple[tuple[str, TensorValue | None], ...]:
@@ -457,14 +475,16 @@ class _Recorder:
         self.flush_warnings()
         tensors: list[TensorRecord] = []
         for index, tensor in enumerate(self.tensor_objects):
-            node = tensor.grad_fn
+            node = self.tensor_nodes[index]
+            # Changed in place since: its values now are another tensor's (recorded there).
+            overwritten = node is not tensor.grad_fn
             if node is None and tensor.requires_grad:
                 node = _accumulate_grad_node(tensor)
             tensors.append(TensorRecord(
                 index, tuple(self.tensor_names[index]), tuple(tensor.shape),
                 tensor.requires_grad, tensor.is_leaf, self.node_ids.get(node),
-                tensor.output_nr if tensor.grad_fn is not None else 0,
-                tensor_value(tensor) if self.tensor_names[index] else None,
+                self.output_numbers[index],
+                tensor_value(tensor) if self.tensor_names[index] and not overwritten else None,
             ))
         graph = tuple(
             GraphNode(
@@ -472,7 +492,7 @@ class _Recorder:
                 node.name(),
                 tuple((self.node_ids.get(child), number) for child, number in
                       node.next_functions),
-                self.tensor_index.get(id(getattr(node, "variable", None))),
+                self.leaf_index(getattr(node, "variable", None)),
             )
             for node in self.node_objects
         )
@@ -480,7 +500,7 @@ class _Recorder:
                       for name, tensor in self.built.leaves().items())
         return PassTrace(self.mode, tuple(self.events), tuple(tensors), graph,
                          tuple(self.calls), tuple(self.runs), grads, tuple(self.warnings),
-                         tuple(self.user_hooks))
+                         tuple(self.user_hooks), self.refusals)
 
 
 def grad_outputs(spec: GradOutputs, of: torch.Tensor) -> torch.Tensor:
@@ -504,6 +524,12 @@ def _grad_fn_op(node: Node) -> str:
             break
         node = inner
     return op_name(node.name())
+
+
+def _key(tensor: torch.Tensor) -> tuple[int, Node | None]:
+    """A tensor as the pass tells tensors apart: the object, and its grad_fn now (which an
+    in-place op replaces, so the tensor before and after it are two)."""
+    return id(tensor), tensor.grad_fn
 
 
 def _accumulate_grad_node(leaf: torch.Tensor) -> Node | None:

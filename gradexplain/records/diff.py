@@ -20,6 +20,7 @@ FindingKind = Literal[
     "never_fires",  # a hook that did not fire for this call
     "zeros",        # full grad_input holds zeros for an input that needs no grad
     "none",         # None entries, and why
+    "refused",      # torch refuses full hooks on the module (an in-place op): none registered
 ]
 
 

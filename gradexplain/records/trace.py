@@ -207,6 +207,30 @@ class Run:
         return self.error is not None
 
 
+RefusalReason = Literal["input", "output", "aliased"]
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A module torch would refuse full backward hooks on, so the full pass leaves them off it.
+
+    Full hooks hand the module's forward BackwardHookFunction views of its inputs and its
+    caller views of its outputs; torch forbids changing such a view, or anything sharing its
+    memory, in place. `reason` says which: "input" (changed during the module's own forward),
+    "output" (changed after the module returned), "aliased" (found only when the full pass hit
+    torch's refusal anyway: a tensor of the call shares memory with one changed in place).
+    `op` is the in-place op (`add_`, `relu_`; None where it could not be seen), `operator` its
+    Python spelling where the source line shows one (`+=`), `where` the module whose forward was
+    running when it happened ("" the model itself; None outside every module's forward).
+    """
+
+    module: str
+    reason: RefusalReason
+    op: str | None = None
+    operator: str | None = None
+    where: str | None = None
+
+
 @dataclass(frozen=True)
 class PassTrace:
     """Everything one pass (legacy or full module hooks) recorded."""
@@ -220,6 +244,8 @@ class PassTrace:
     grads: tuple[tuple[str, TensorValue | None], ...]
     warnings: tuple[Warning_, ...]
     user_hooks: tuple[UserHook, ...] = ()  # the user's own hooks found on the build
+    # Modules torch would refuse full hooks on (full pass only): no full hooks were put on them.
+    refusals: tuple[Refusal, ...] = ()
 
     def named(self, name: str) -> TensorRecord | None:
         return self._by_name.get(name)

@@ -16,7 +16,15 @@ from gradexplain.records.lessons.torch_errors import ErrorExplanation
 from gradexplain.records.lessons.vjp import VjpLesson
 from gradexplain.records.names import Naming
 from gradexplain.records.paths import module_title
-from gradexplain.records.trace import HookKind, Mode, Phase, RunError, TensorValue, UserHook
+from gradexplain.records.trace import (
+    HookKind,
+    Mode,
+    Phase,
+    Refusal,
+    RunError,
+    TensorValue,
+    UserHook,
+)
 
 Layout = Literal["as-is", "transposed", "reshaped", "summed"]
 # What a label claims a value is: a derivative; zeros (what torch hands on where no gradient
@@ -165,6 +173,8 @@ class PassWalk:
     # from the legacy one's), said plainly; None when they did not.
     graph_changed: str | None = None
     user_hooks: tuple[UserHook, ...] = ()  # the user's own hooks, and whether this pass ran them
+    # Modules torch refuses full hooks on (an in-place op): no full events for them.
+    refusals: tuple[Refusal, ...] = ()
 
 
 @dataclass(frozen=True)

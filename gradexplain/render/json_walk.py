@@ -6,7 +6,8 @@ import math
 from typing import Any
 
 from gradexplain.records.codec import to_data
-from gradexplain.records.trace import Nested, TensorValue
+from gradexplain.records.refusals import refusal_text
+from gradexplain.records.trace import Nested, Refusal, TensorValue
 from gradexplain.records.walk import Check, LabelledArg, LabelledEvent, Meaning, PassWalk, Walk
 
 SCHEMA = "gradexplain.walk/1"
@@ -29,6 +30,8 @@ def _pass(walk_pass: PassWalk) -> dict[str, Any]:
         "mode": walk_pass.mode,
         "events": [_event(event) for event in walk_pass.events],
         "grads": {grad.name: _plain(grad.value) for grad in walk_pass.grads},
+        # Beyond the contract: the modules torch refuses full hooks on, and why.
+        "refusals": [refusal_json(refusal) for refusal in walk_pass.refusals],
     }
     if walk_pass.graph_changed:
         result["graph_changed"] = walk_pass.graph_changed
@@ -37,6 +40,11 @@ def _pass(walk_pass: PassWalk) -> dict[str, Any]:
         # pass ran it (and why not).
         result["user_hooks"] = [to_data(hook) for hook in walk_pass.user_hooks]
     return result
+
+
+def refusal_json(refusal: Refusal) -> dict[str, Any]:
+    """A module left without full hooks: the Refusal's fields and its sentence."""
+    return {**to_data(refusal), "text": refusal_text(refusal)}
 
 
 def _event(event: LabelledEvent) -> dict[str, Any]:

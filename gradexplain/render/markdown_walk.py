@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from gradexplain.records.names import ACCUMULATE, Naming, canonical_name
 from gradexplain.records.numbers import fmt, fmt_shape
+from gradexplain.records.refusals import refusal_text
 from gradexplain.records.session import Session
 from gradexplain.records.walk import (
     Check,
@@ -175,6 +176,10 @@ def pass_markdown(walk_pass: PassWalk, level: int = 2, warnings: bool = True) ->
     if walk_pass.user_hooks:
         parts.append(bullets([escape(user_hook_line(hook, mode))
                               for hook in walk_pass.user_hooks]))
+    if walk_pass.refusals:
+        parts += ["torch refuses full backward hooks where a tensor they would wrap is changed "
+                  "in place: this pass leaves them off these modules and hooks everything else.",
+                  bullets([escape(refusal_text(item)) for item in walk_pass.refusals])]
     if walk_pass.events:
         parts.append(timeline_table(walk_pass.events))
     else:

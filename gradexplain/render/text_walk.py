@@ -20,6 +20,7 @@ from rich.text import Text
 from gradexplain.records.names import Naming
 from gradexplain.records.numbers import fmt, fmt_value
 from gradexplain.records.paths import module_title
+from gradexplain.records.refusals import refusal_text
 from gradexplain.records.trace import TensorValue
 from gradexplain.records.walk import (
     Check,
@@ -110,6 +111,8 @@ def _pass(walk_pass: PassWalk, collapse: bool) -> RenderableType:
     for hook in walk_pass.user_hooks:
         parts.append(Padding(Text(user_hook_line(hook, walk_pass.mode), style="magenta"),
                              (0, 0, 0, 2)))
+    for refusal in walk_pass.refusals:
+        parts.append(Padding(Text(refusal_text(refusal), style="yellow"), (0, 0, 0, 2)))
     parts += _folding_repeats(walk_pass.events, _event, _event_outline, "events", collapse)
     if walk_pass.grads:
         grads = Table.grid(padding=(0, 1))

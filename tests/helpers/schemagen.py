@@ -23,7 +23,7 @@ from gradexplain.analysis.order import FiringOrder
 from gradexplain.records.diff import FindingKind
 from gradexplain.records.session import SCHEMA as SESSION_SCHEMA
 from gradexplain.records.session import Session
-from gradexplain.records.trace import HookKind, Mode, Phase, UserHook
+from gradexplain.records.trace import HookKind, Mode, Phase, RefusalReason, UserHook
 from gradexplain.records.walk import Layout, Lessons, RunStep
 from gradexplain.render.json_diff import SCHEMA as DIFF_SCHEMA
 from gradexplain.render.json_walk import SCHEMA as WALK_SCHEMA
@@ -320,8 +320,34 @@ def walk_schema() -> Schema:
                                "description": "Beyond the contract, present only for a model "
                                               "with hooks of its own: each, and whether this "
                                               "pass ran it (why not, if not)."},
+                "refusals": {"type": "array", "items": {"$ref": "#/$defs/refusal"},
+                             "description": "Beyond the contract: the modules torch refuses "
+                                            "full backward hooks on (an in-place op on what "
+                                            "the hooks wrap), left without them in the full "
+                                            "pass; empty in the legacy pass."},
             },
             "required": ["mode", "events", "grads"],
+        },
+        "refusal": {
+            "description": "A module torch refuses full backward hooks on, and why.",
+            "type": "object",
+            "properties": {
+                "module": {"type": "string", "description": "The module path (\"\": the model)."},
+                "reason": {"enum": _enum(RefusalReason),
+                           "description": "input: changed in place during its forward; output: "
+                                          "changed in place after it returned; aliased: shares "
+                                          "memory with a tensor changed in place."},
+                "op": {"type": ["string", "null"],
+                       "description": "The in-place op (add_, relu_); null if unseen."},
+                "operator": {"type": ["string", "null"],
+                             "description": "Its Python spelling where the source shows one "
+                                            "(+=)."},
+                "where": {"type": ["string", "null"],
+                          "description": "The module whose forward ran the op (\"\": the "
+                                         "model; null: outside every module)."},
+                "text": {"type": "string", "description": "The sentence the walk shows."},
+            },
+            "required": ["module", "reason", "op", "operator", "where", "text"],
         },
         "event": {
             "description": "One hook call.",

@@ -41,7 +41,9 @@ def test_json_has_the_contract_keys(two_modules: Walk) -> None:
     assert list(data) == ["schema", "torch", "spec", "passes", "runs", "lessons"]
     assert data["schema"] == "gradexplain.walk/1"
     for walk_pass in data["passes"]:
-        assert list(walk_pass) == ["mode", "events", "grads"]
+        # then beyond the contract: the modules torch refuses full hooks on (none here)
+        assert list(walk_pass) == ["mode", "events", "grads", "refusals"]
+        assert walk_pass["refusals"] == []
         for event in walk_pass["events"]:
             assert list(event) == ["seq", "phase", "hook", "target", "node", "args"]
             for arg in event["args"]:
