@@ -6,6 +6,7 @@ No torch here.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
 from functools import cached_property
@@ -62,7 +63,12 @@ class Naming:
     def of(cls, names: Iterable[str], whole: bool = False) -> Naming:
         """The naming of a walk whose tensors have these canonical names."""
         every = sorted(set(names))
-        return cls(whole, tuple((name, _shortest(name, every)) for name in every))
+        paths = [name.split(".") for name in every if not _whole(name)]
+        depth = max((len(parts) for parts in paths), default=0)
+        # How many names end in each run of trailing parts (a shorter name counts whole).
+        endings = Counter(tuple(parts[-count:]) for parts in paths
+                          for count in range(1, depth + 1))
+        return cls(whole, tuple((name, _shortest(name, endings)) for name in every))
 
     @cached_property
     def _table(self) -> dict[str, str]:
@@ -86,17 +92,15 @@ def _whole(name: str) -> bool:
     return any(mark in name for mark in ":# ")
 
 
-def _shortest(name: str, every: list[str]) -> str:
-    """The fewest trailing path parts of `name` that no other name of `every` ends in (a
-    name with fewer parts counts whole), never starting at a bare index (`0.weight`)."""
+def _shortest(name: str, endings: Counter[tuple[str, ...]]) -> str:
+    """The fewest trailing path parts of `name` that no other name of the walk ends in
+    (`endings`), never starting at a bare index (`0.weight`)."""
     if _whole(name):
         return name
     parts = name.split(".")
     for count in range(1, len(parts)):
-        tail = parts[-count:]
-        if tail[0].isdigit():
-            continue
-        if not any(other != name and other.split(".")[-count:] == tail for other in every):
+        tail = tuple(parts[-count:])
+        if not tail[0].isdigit() and endings[tail] == 1:
             return ".".join(tail)
     return name
 
