@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from gradexplain.capture.checks import check
 from gradexplain.capture.label import VIEWS
@@ -16,10 +17,10 @@ from gradexplain.capture.trace import tensor_value
 from gradexplain.capture.user_changes import Changes
 from gradexplain.language.expr import BinOp, Name, Number
 from gradexplain.language.model import ModelSpec
-from gradexplain.records.graph import GraphView
-from gradexplain.records.names import ACCUMULATE, Naming, canonical_name
+from gradexplain.records.graph import GraphView, Position
+from gradexplain.records.names import ACCUMULATE, Naming, canonical_name, distinct
 from gradexplain.records.trace import PassTrace, TensorValue
-from gradexplain.records.walk import Derivation, DerivationLine, Term
+from gradexplain.records.walk import Derivation, DerivationLine, Place, Term
 
 
 def derivations(spec: ModelSpec, trace: PassTrace, view: GraphView,
@@ -29,6 +30,7 @@ def derivations(spec: ModelSpec, trace: PassTrace, view: GraphView,
     derivations = []
     operands = _written_operands(spec)
     changes = Changes(trace, view)
+    names = ChainNames(view, naming)
     for run in trace.runs:
         values = replay.runs.get(run.index)
         if values is None or run.failed:
@@ -37,7 +39,7 @@ def derivations(spec: ModelSpec, trace: PassTrace, view: GraphView,
             continue
         done[id(values)] = run.index
         traced = _traced(trace, run.index)
-        lines = [_line(view, values, node, traced.get(node), operands, naming,
+        lines = [_line(view, values, node, traced.get(node), operands, names,
                        _changed_by(changes, run.index, node)) for node in
                  _topological(view, set(traced))]
         derivations.append(Derivation(run.index, run.kind, run.of,
@@ -99,15 +101,16 @@ def _written(expr: object) -> str | None:
 def _line(view: GraphView, values: RunValues, node: str,
           traced: list[TensorValue | None] | None,
           operands: dict[str, tuple[str | None, ...]],
-          naming: Naming, changed_by: Callable[[int | None], str | None]) -> DerivationLine:
+          names: ChainNames, changed_by: Callable[[int | None], str | None]) -> DerivationLine:
     """One node: `traced` is what the traced pass saw flow out of it (see `_traced`)."""
     rank = view.rank[node]
     name = view.name_of(node)
+    naming = names.naming
     # A node with several outputs (nn.LSTM's RNN node: out, h, c) is shown by the first one
     # that got a gradient: with a loss of h only, output 0's is None.
     number = next((key[1] for key in sorted(values.totals)
                    if key[0] == rank and values.totals[key] is not None), 0)
-    output = _tensor_name(view, (node, number), naming)
+    output = names.name((node, number))
     upstream = values.totals.get((rank, number))
     if name == ACCUMULATE:
         seen = traced[0] if traced else None
@@ -115,10 +118,12 @@ def _line(view: GraphView, values: RunValues, node: str,
         result = (None if seen is None or upstream is None or changer is not None
                   else check(seen, upstream))
         term = Term(output, f"{naming.short(output)}.grad += g", tensor_value(upstream), result,
-                    changer)
-        return DerivationLine(name, output, tensor_value(upstream), (term,), True)
+                    modified_by=changer, at=(rank, 0))
+        return DerivationLine(name, output, tensor_value(upstream), (term,), True,
+                              (rank, number))
     edges = view.nodes[node].next
-    inputs = [_tensor_name(view, view.resolve(edge), naming) for edge in edges]
+    below = [view.resolve(edge) for edge in edges]
+    inputs = [names.name(position) for position in below]
     written = next((operands[item] for item in view.names.get((node, 0), []) if item in operands),
                    ())
     shown = list(inputs)
@@ -136,8 +141,10 @@ def _line(view: GraphView, values: RunValues, node: str,
         share = values.edges.get((rank, index))
         changer = changed_by(index)
         result = None if share is None or changer is not None else check(seen, share)
-        terms.append(Term(wrt, formula, tensor_value(share), result, changer))
-    return DerivationLine(name, output, tensor_value(upstream), tuple(terms), has_rule)
+        terms.append(Term(wrt, formula, tensor_value(share), result, modified_by=changer,
+                          at=names.place(below[index])))
+    return DerivationLine(name, output, tensor_value(upstream), tuple(terms), has_rule,
+                          (rank, number))
 
 
 def _traced(trace: PassTrace, run: int) -> dict[str, list[TensorValue | None]]:
@@ -153,6 +160,42 @@ def _traced(trace: PassTrace, run: int) -> dict[str, list[TensorValue | None]]:
         elif event.hook == "node_pre" and event.node == ACCUMULATE:
             found[event.node_id] = [arg.value for arg in event.args]
     return found
+
+
+@dataclass
+class ChainNames:
+    """Each tensor's name in the chain rule, no two tensors alike: its own name or synthetic
+    name (GraphView, the same as the labels give it), else what it is a view of (`weightᵀ`).
+    A view made again for each call of a layer (its weight transposed at every time step)
+    would read the same each time: the first made keeps the description, later ones are
+    `weightᵀ@2`, `weightᵀ@3`, ... as records.names.distinct numbers them."""
+
+    view: GraphView
+    naming: Naming
+
+    def __post_init__(self) -> None:
+        view = self.view
+        positions = sorted({(node, 0) for node in view.order} | set(view.consumers),
+                           key=view.made_order)
+        self.names: dict[Position, str] = {}
+        described: list[tuple[Position, str]] = []
+        for position in positions:
+            name = _tensor_name(view, position, self.naming)
+            if view.names.get(position) or name == view.synthetic_name(position):
+                self.names[position] = name
+            else:
+                described.append((position, name))
+        taken = set(self.names.values()) | {name for names in view.names.values()
+                                             for name in names}
+        self.names.update(distinct(described, taken))
+
+    def name(self, position: Position | None) -> str:
+        if position is None:
+            return "None"
+        return self.names.get(position) or _tensor_name(self.view, position, self.naming)
+
+    def place(self, position: Position | None) -> Place | None:
+        return None if position is None else (self.view.rank[position[0]], position[1])
 
 
 def _tensor_name(view: GraphView, position: tuple[str, int] | None, naming: Naming,
@@ -185,7 +228,7 @@ def _tensor_name(view: GraphView, position: tuple[str, int] | None, naming: Nami
 def _operand(name: str, naming: Naming) -> str:
     """A name as it reads inside a formula: `weightᵀ` becomes `(weightᵀ)`, so `(weightᵀ)ᵀ`."""
     short = naming.short(name)
-    return short if re.fullmatch(r"[\w@:#]+", short, re.ASCII) else f"({short})"
+    return short if re.fullmatch(r"[\w@:#.]+", short, re.ASCII) else f"({short})"
 
 
-__all__ = ["derivations"]
+__all__ = ["ChainNames", "derivations"]

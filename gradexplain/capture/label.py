@@ -52,8 +52,13 @@ class Site:
 
 @dataclass(frozen=True)
 class Label:
+    """A claim and the call it is about. `place` is where the labeller found the tensor it
+    names (rank, output number): not used by the check, which finds it by name; tests use it
+    to prove that names and tensors match one to one."""
+
     meaning: Meaning | None
     site: Site | None
+    place: Ranked | None = None
 
 
 NO_LABEL = Label(None, None)
@@ -242,7 +247,7 @@ class _Labeller:
         else:
             text, latex = f"{self.naming.short(leaf)}.grad = {meaning.text}", meaning.latex
         return Label(replace(meaning, text=text, latex=latex,
-                             runs=runs if len(runs) > 1 else ()), label.site)
+                             runs=runs if len(runs) > 1 else ()), label.site, label.place)
 
     def wrapper_zeros(self, run: Run, node: str, rank: int) -> Label:
         """A full hook's input wrapper passes zeros for an input that does not require grad."""
@@ -371,7 +376,8 @@ class _Labeller:
         meaning = Meaning(run.of, wrt, _aliases(names, wrt), layout, "", "", None,
                           via=via, summed_dims=summed_dims)
         text, latex, partial = claim_text(meaning, self.naming, run.seed is not None)
-        return Label(replace(meaning, text=text, latex=latex, partial=partial), Site(run.index))
+        return Label(replace(meaning, text=text, latex=latex, partial=partial), Site(run.index),
+                     (self.view.rank[position[0]], position[1]))
 
     def uses(self, position: Position, edges: frozenset[Edge] | None,
              run: Run) -> tuple[Use, ...]:

@@ -35,7 +35,7 @@ from gradexplain.errors import (
 )
 from gradexplain.language.model import ModelSpec
 from gradexplain.output_path import WHOLE, OutputPath, parse_output_path, path_text
-from gradexplain.records.names import Naming
+from gradexplain.records.names import Naming, canonical_name
 from gradexplain.records.paths import module_title
 from gradexplain.records.session import Session, forward_steps
 from gradexplain.records.trace import PYTHON_VALUE_LIMIT, PassTrace
@@ -128,7 +128,7 @@ def _hook_view_error(message: str) -> bool:
 def _label_and_check(spec: ModelSpec, spec_path: str, legacy: PassTrace, full: PassTrace,
                      make: Builder, progress: Progress) -> Walk:
     progress(STAGES[2])
-    naming = Naming(whole=spec.python is not None)
+    naming = walk_naming((legacy, full), whole=spec.python is not None)
     labelled = [label_pass(trace, naming) for trace in (legacy, full)]
     view, _ = labelled[0]
     progress(STAGES[3])
@@ -166,7 +166,15 @@ def _label_and_check(spec: ModelSpec, spec_path: str, legacy: PassTrace, full: P
         runs=runs,
         lessons=lessons_for(spec),
         whole_names=naming.whole,
+        short_names=naming.shorts,
     )
+
+
+def walk_naming(traces: Sequence[PassTrace], whole: bool) -> Naming:
+    """One naming for the whole walk, from every tensor name of both passes: each tensor's
+    short name is told apart from all of them (records.names.Naming)."""
+    canonical = (canonical_name(record.names) for trace in traces for record in trace.tensors)
+    return Naming.of((name for name in canonical if name is not None), whole)
 
 
 def capture_target(target: str, shapes: Sequence[str], inputs_file: Path | None, loss: str,

@@ -30,7 +30,7 @@ from gradexplain.capture.build import Built, make_tensor, observe
 from gradexplain.capture.user_hooks import user_hooks
 from gradexplain.errors import ExpectationError, Location
 from gradexplain.language.model import GradOutputs
-from gradexplain.records.names import HOOK_WRAPPER, canonical_name, op_name
+from gradexplain.records.names import ACCUMULATE, HOOK_WRAPPER, canonical_name, op_name
 from gradexplain.records.trace import (
     VALUE_LIMIT,
     Arg,
@@ -88,6 +88,15 @@ def value_limit(limit: int | None) -> Iterator[None]:
         yield
     finally:
         _value_limit.reset(token)
+
+
+def _creation_order(nodes: Sequence[Node]) -> dict[Node, int]:
+    """Each node's place in the order the forward made them, from torch's sequence numbers
+    (which count every op of the thread, so only their order is kept: the same in every
+    process). A leaf's AccumulateGrad has no number of its own (torch gives it the largest)."""
+    numbered = [(node._sequence_nr(), index) for index, node in enumerate(nodes)
+                if node.name() != ACCUMULATE]
+    return {nodes[index]: place for place, (_, index) in enumerate(sorted(numbered))}
 
 
 def tensor_value(tensor: torch.Tensor | None) -> TensorValue | None:
@@ -486,6 +495,7 @@ class _Recorder:
                 self.output_numbers[index],
                 tensor_value(tensor) if self.tensor_names[index] and not overwritten else None,
             ))
+        made = _creation_order(self.node_objects)
         graph = tuple(
             GraphNode(
                 self.node_ids[node],
@@ -493,6 +503,7 @@ class _Recorder:
                 tuple((self.node_ids.get(child), number) for child, number in
                       node.next_functions),
                 self.leaf_index(getattr(node, "variable", None)),
+                made.get(node),
             )
             for node in self.node_objects
         )

@@ -23,7 +23,13 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import TypeVar
 
-from gradexplain.records.names import ACCUMULATE, HOOK_WRAPPER, canonical_name, op_name
+from gradexplain.records.names import (
+    ACCUMULATE,
+    HOOK_WRAPPER,
+    canonical_name,
+    distinct,
+    op_name,
+)
 from gradexplain.records.trace import GraphNode, PassTrace, TensorRecord
 
 Position = tuple[str, int]
@@ -151,29 +157,33 @@ class GraphView:
         return self.nodes[node_id].name
 
     def synthetic_name(self, position: Position) -> str:
-        """A stable name for a tensor only a built-in layer or a sub-expression made, unique in
-        the pass: `_synthetic_base`, numbered `#1`, `#2`... in graph order where several
-        tensors would get the same one (a step `s = sum(a * b) + sum(c * d)` has two `s:mul`)."""
-        if position not in self._synthetic:
-            return self._synthetic_base(position)
-        return self._synthetic[position]
+        """A stable name for a tensor only a built-in layer or a sub-expression made: the op,
+        after the nearest named tensor computed from it (`z:mul` for the p * x in sum(p * x));
+        `mul#3` (its node's rank) when no named tensor is computed from it. Where that names
+        several tensors (the same op at each step of a loop), the one made first keeps it and
+        the later ones are `z:mul@2`, `z:mul@3`, ... (see `synthetic_names`)."""
+        return self.synthetic_names.get(position) or self._synthetic_base(position)
 
     @cached_property
-    def _synthetic(self) -> dict[Position, str]:
-        unnamed = {position for position in (*self.consumers, *((node, 0) for node in self.order))
-                   if position[0] in self.rank and not self.names.get(position)}
-        bases: dict[str, list[Position]] = {}
-        for position in sorted(unnamed, key=lambda item: (self.rank[item[0]], item[1])):
-            bases.setdefault(self._synthetic_base(position), []).append(position)
-        names: dict[Position, str] = {}
-        for base, positions in bases.items():
-            for number, position in enumerate(positions, start=1):
-                names[position] = base if len(positions) == 1 else f"{base}#{number}"
-        return names
+    def synthetic_names(self) -> dict[Position, str]:
+        """Every unnamed position's synthetic name, no two alike and none a tensor's own name.
+        Numbered in the order the forward made them, the real graph's positions before those
+        only a wrapper's zeros reach, so both passes give a real position the same name."""
+        unnamed = {(node, 0) for node in self.order + self.zero_only} | set(self.consumers)
+        unnamed -= set(self.names)
+        taken = {name for names in self.names.values() for name in names}
+        ordered = sorted(unnamed, key=self.made_order)
+        return distinct(((position, self._synthetic_base(position)) for position in ordered),
+                         taken)
+
+    def made_order(self, position: Position) -> tuple[bool, int, int, int]:
+        """Real positions first, each in the order the forward made its node (a trace saved
+        without that order: the farther from the output, the earlier)."""
+        node = self.nodes[position[0]]
+        made = -1 if node.made is None else node.made
+        return (not self.in_real_graph(node.id), made, -self.rank[node.id], position[1])
 
     def _synthetic_base(self, position: Position) -> str:
-        """The op, after the nearest named tensor computed from it (`z:mul` for the p * x in
-        sum(p * x)); `mul#3` (its node's rank) when no named tensor is computed from it."""
         node = self.nodes[position[0]]
         if node.name == ACCUMULATE:
             return f"leaf#{self.rank[node.id]}"

@@ -137,12 +137,15 @@ class TensorRecord:
 
 @dataclass(frozen=True)
 class GraphNode:
-    """One autograd node. `next` holds its next_functions edges: (node id or None, input_nr)."""
+    """One autograd node. `next` holds its next_functions edges: (node id or None, input_nr).
+    `made` is its place in the order the forward made the pass's nodes (0 first); None for a
+    leaf's AccumulateGrad, which no op makes."""
 
     id: str
     name: str
     next: tuple[tuple[str | None, int], ...]
     variable: int | None  # for AccumulateGrad: the leaf tensor's index
+    made: int | None = None
 
 
 @dataclass(frozen=True)

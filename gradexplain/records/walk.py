@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, fields
+from functools import cached_property
 from typing import Literal
 
 from gradexplain.records.check import Check, Failure
@@ -109,26 +110,36 @@ class LabelledEvent:
     changed: bool = False
 
 
+# Where a tensor sits in the graph, the same in both passes: (the rank of its node in the real
+# graph's breadth-first order from the output, the output number). What tells two tensors apart
+# whatever they are called.
+Place = tuple[int, int]
+
+
 @dataclass(frozen=True)
 class Term:
-    """One edge of a node in the derivation: upstream x local derivative = this gradient."""
+    """One edge of a node in the derivation: upstream x local derivative = this gradient.
+    `at` is where the tensor `wrt` names sits."""
 
     wrt: str
     local: str
     value: TensorValue | None
     check: Check | None
     modified_by: str | None = None  # the user's hook that changed what the pass saw here
+    at: Place | None = None
 
 
 @dataclass(frozen=True)
 class DerivationLine:
-    """One autograd node of the chain rule, from its output's gradient to its inputs'."""
+    """One autograd node of the chain rule, from its output's gradient to its inputs'.
+    `at` is where the tensor `output` names sits."""
 
     node: str
     output: str
     upstream: TensorValue | None
     terms: tuple[Term, ...]
     has_rule: bool
+    at: Place | None = None
 
 
 @dataclass(frozen=True)
@@ -243,13 +254,15 @@ class Walk:
     interventions: int
     runs: tuple[RunStep, ...] = ()
     lessons: Lessons = Lessons()
-    # A Python model's walk: tensors are named by whole module paths (see `naming`).
+    # A Python model's walk (the report says "model", not "spec").
     whole_names: bool = False
+    # Every canonical tensor name of the walk with its short form (records.names.Naming).
+    short_names: tuple[tuple[str, str], ...] = ()
 
-    @property
+    @cached_property
     def naming(self) -> Naming:
         """How this walk shows tensor names."""
-        return Naming(self.whole_names)
+        return Naming(self.whole_names, self.short_names)
 
     def checks(self) -> list[Check]:
         """Every check the walk made: hook arguments, final `.grad`s, chain-rule terms."""
@@ -299,4 +312,4 @@ def _event_where(event: LabelledEvent, arg: str) -> str:
 
 __all__ = ["Check", "Derivation", "DerivationLine", "Failure", "FinalGrad", "LabelledArg",
            "LabelledEvent", "Layout", "LeafGrad", "Lessons", "Meaning", "ModuleWarning",
-           "PassWalk", "RunStep", "Term", "Use", "Walk"]
+           "PassWalk", "Place", "RunStep", "Term", "Use", "Walk"]

@@ -233,7 +233,8 @@ def contract_defs() -> dict[str, Schema]:
                 "of": {"type": "string", "description": "The differentiated tensor."},
                 "wrt": {"type": "string",
                         "description": "The canonical tensor name: the top-level name if the "
-                                       "tensor has one, else the module-qualified name."},
+                                       "tensor has one, else the module-qualified name. "
+                                       "Two distinct tensors of a walk never share it."},
                 "aliases": {"type": "array", "items": {"type": "string"},
                             "description": "The tensor's other names."},
                 "layout": {"enum": _enum(Layout)},
