@@ -48,7 +48,7 @@ class ClaimChecker:
 
     def _positions(self) -> set[Position]:
         found = set(self.view.names) | set(self.view.consumers)
-        found |= {(node, 0) for node in self.view.order}
+        found |= {(node, 0) for node in (*self.view.order, *self.view.zero_only)}
         return {position for position in found if position[0] in self.view.rank}
 
     def evaluate(self, meaning: Meaning, run: int, value: TensorValue) -> Evaluated:
@@ -117,11 +117,13 @@ class ClaimChecker:
     def graph_edges(self, position: Position, meaning: Meaning) -> list[Edge]:
         """The edges the claim's uses of the tensor are: every read of it by each named op, or
         only the operand named."""
-        readers = self.view.consumers.get(position, [])
         found: list[Edge] = []
         for use in meaning.via:
             node = self.position(use.by)[0]
-            numbers = [number for user, number in readers if user == node
+            # Every edge of the op leading to the tensor, also of an op only a full hook's
+            # zeros reach (its share is zero, which is what the check run finds for it).
+            numbers = [number for number, child in enumerate(self.view.nodes[node].next)
+                       if self.view.resolve(child) == position
                        and (use.operand is None or number == use.operand)]
             if not numbers:
                 raise ClaimError(f"{use.by} does not read {meaning.wrt}")

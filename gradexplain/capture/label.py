@@ -156,13 +156,48 @@ class _Labeller:
         if name == "grad_output":
             if wrapper_out is None or call.outputs[index] is None:
                 return NO_LABEL
-            return self.whole(run, (wrapper_out, _tensor_rank(call.outputs, index)))
+            raw = (wrapper_out, _tensor_rank(call.outputs, index))
+            earlier = (self.stale_from(event, wrapper_out) if event.hook == "full_backward"
+                       else None)  # a pre-hook is handed what its output wrapper sees now
+            if earlier is not None:
+                return self.stale(run, earlier, raw, call)
+            return self.whole(run, raw)
         if wrapper_in is None or call.inputs[index] is None:
             return NO_LABEL
         rank = _tensor_rank(call.inputs, index)
         if self.view.nodes[wrapper_in].next[rank][0] is None:
             return self.zeros(run, call, index)
         return self.whole(run, (wrapper_in, rank))
+
+    def stale_from(self, event: Event, wrapper_out: str) -> Run | None:
+        """The earlier call whose grad_output a full hook is handed, when this call never
+        passed the module's output: torch's BackwardHook keeps the grad_output its output
+        wrapper saw last (a full pre-hook event) until the input wrapper's hook uses it, so a
+        call that passed the output but never reached the input (torch refused it, or an
+        autograd.grad stopped short) leaves it for the next call that reaches the input."""
+        for earlier in reversed(self.trace.events[:event.seq]):
+            if earlier.hook == "full_backward_pre" and earlier.node_id == wrapper_out:
+                return None if earlier.run == event.run else self.trace.runs[earlier.run - 1]
+        return None
+
+    def stale(self, run: Run, earlier: Run, raw: Position, call: ModuleCall) -> Label:
+        """A grad_output left by call `earlier`: its gradient at the module's output."""
+        position = self.view.resolve(raw)
+        if position is None:
+            return NO_LABEL
+        names = self.view.names.get(position, [])
+        wrt = _canonical(names) if names else self.view.synthetic_name(position)
+        short = self.naming.short(wrt)
+        module = call.module or "the model"
+        text = (f"stale: ∂{earlier.of}/∂{short} from call {earlier.index}, kept by torch "
+                f"(that call passed {module}'s output but never reached its input; this one "
+                f"reaches its input without passing its output)")
+        latex = (rf"\frac{{\partial {self.naming.latex(earlier.of)}}}"
+                 rf"{{\partial {self.naming.latex(short)}}}\ \text{{(stale, call "
+                 rf"{earlier.index})}}")
+        meaning = Meaning(earlier.of, wrt, _aliases(names, wrt), "as-is", text, latex,
+                          kind="stale", stale_from=earlier.index)
+        return Label(meaning, Site(run.index), (self.view.rank[position[0]], position[1]))
 
     def full_call(self, event: Event) -> tuple[ModuleCall | None, str | None, str | None]:
         """The call a full hook event belongs to, its input wrapper and its output wrapper."""
@@ -198,8 +233,13 @@ class _Labeller:
         who = f"{event.target}.forward" if event.target else "the model's forward"
         output = self.view.names.get((event.node_id or "", 0))
         named = f", which made {self.naming.short(_canonical(output))}" if output else ""
+        call = self.call_of(event)
+        returned = None if call is None else self.trace.calls[call].returns_argument
+        where = (f"the last op of {who}{named}" if returned is None else
+                 f"an op made before {who} ran{named}: {event.target or 'the model'} returns "
+                 f"its argument {returned} as it got it")
         return (f"legacy hooks sit on the grad_fn of the module's first output: {event.node}, "
-                f"the last op of {who}{named}; grad_input follows that op's operands")
+                f"{where}; grad_input follows that op's operands")
 
     # --- kinds of label ---------------------------------------------------------------------
 

@@ -318,7 +318,7 @@ class _Recorder:
         for number, value in enumerate(outputs):
             if isinstance(value, torch.Tensor) and value.grad_fn is not None:
                 suffix = "" if len(outputs) == 1 else f".{number}"
-                self.named(f"{path}:{_grad_fn_op(value.grad_fn)}{suffix}", value)
+                self.named(f"{path}:{_grad_fn_op(value)}{suffix}", value)
 
     def forward_hook(self, path: str) -> Any:
         def hook(module: nn.Module, inputs: tuple[Any, ...], output: Any) -> None:
@@ -338,6 +338,7 @@ class _Recorder:
                 tuple(arg.tensor for arg in args if arg.name.startswith("output")),
                 self.node_id(None if first is None else first.grad_fn),
                 self.arguments[path].pop() if self.arguments.get(path) else (),
+                _returned_argument(inputs, first),
             ))
         return hook
 
@@ -526,11 +527,24 @@ def grad_outputs(spec: GradOutputs, of: torch.Tensor) -> torch.Tensor:
     return make_tensor(spec.value).to(of.dtype)
 
 
-def _grad_fn_op(node: Node) -> str:
-    """The op behind a grad_fn, as a name part: AddmmBackward0 -> addmm. A full backward hook's
-    wrapper (HOOK_WRAPPER) is looked through, so both passes agree."""
-    while node.name() == HOOK_WRAPPER and node.next_functions:
-        inner = node.next_functions[0][0]
+def _returned_argument(inputs: Sequence[Any], first: torch.Tensor | None) -> int | None:
+    """Which argument a module returned as its first output, as it got it (the same autograd
+    node): then the legacy hook sits on an op the caller made, not the module."""
+    if first is None or first.grad_fn is None:
+        return None
+    return next((index for index, item in enumerate(inputs)
+                 if isinstance(item, torch.Tensor) and item.grad_fn is first.grad_fn), None)
+
+
+def _grad_fn_op(tensor: torch.Tensor) -> str:
+    """The op that made a tensor, as a name part: AddmmBackward0 -> addmm. A full backward
+    hook's wrapper (HOOK_WRAPPER) is looked through, along the edge of this tensor's own output
+    number (a module returning its second argument: the wrapper's edge 1), so both passes
+    agree."""
+    node: Node = tensor.grad_fn
+    number = tensor.output_nr
+    while node.name() == HOOK_WRAPPER and number < len(node.next_functions):
+        inner, number = node.next_functions[number]
         if inner is None:
             break
         node = inner

@@ -153,7 +153,9 @@ class ModuleCall:
     """One call of a module: what went in, what came out, and where a legacy hook would sit.
 
     `inputs` are the tensors forward saw (with full hooks: BackwardHookFunction views);
-    `arguments` the caller's own tensors, as the forward pre-hook saw them.
+    `arguments` the caller's own tensors, as the forward pre-hook saw them. `returns_argument`
+    is the argument the module returned as its first output as it got it, if it did: then the
+    legacy node is an op the caller made.
     """
 
     module: str
@@ -161,6 +163,7 @@ class ModuleCall:
     outputs: tuple[int | None, ...]
     legacy_node: str | None  # grad_fn of the first output tensor at return, if it has one
     arguments: tuple[int | None, ...] = ()
+    returns_argument: int | None = None
 
 
 @dataclass(frozen=True)
