@@ -198,13 +198,19 @@ class ChainNames:
         return None if position is None else (self.view.rank[position[0]], position[1])
 
 
-def _tensor_name(view: GraphView, position: tuple[str, int] | None, naming: Naming,
-                 seen: frozenset[tuple[str, int]] = frozenset()) -> str:
-    """A tensor's name in the derivation: its own, or what it is a view of (`weightᵀ`).
-    `seen`: the positions already asked about on the way here, so that an unnamed tensor
-    whose only use is an unnamed view of it is named by its op instead of asking forever."""
+def _tensor_name(view: GraphView, position: tuple[str, int] | None, naming: Naming) -> str:
+    """A tensor's name in the derivation: its own, what it is a view of when that has a name
+    (`weightᵀ`, `x (reshaped)`), else its synthetic name, the one the labels give it too."""
     if position is None:
         return "None"
+    return _described(view, position, naming, frozenset()) or view.synthetic_name(position)
+
+
+def _described(view: GraphView, position: tuple[str, int], naming: Naming,
+               seen: frozenset[tuple[str, int]]) -> str | None:
+    """A tensor's own name, or a view's description that bottoms out in a named tensor; None
+    when it does not (a reshape of an unnamed tensor is named by its op, as labels name it).
+    `seen`: the positions already asked about on the way here, so that asking stops."""
     own = canonical_name(view.names.get(position, []))
     if own is not None:
         return own
@@ -213,16 +219,19 @@ def _tensor_name(view: GraphView, position: tuple[str, int] | None, naming: Nami
     kind = VIEWS.get(node.name)
     if kind is not None and node.next and node.next[0][0] is not None:
         below = view.resolve(node.next[0])
-        if below not in seen:
-            base = naming.short(_tensor_name(view, below, naming, seen))
-            return f"{base}ᵀ" if kind == "transpose" else f"{base} ({kind}ed)" \
-                if kind == "expand" else f"{base} (reshaped)"
+        if below is not None and below not in seen:
+            base = _described(view, below, naming, seen)
+            if base is None:
+                return None
+            short = naming.short(base)
+            return f"{short}ᵀ" if kind == "transpose" else f"{short} ({kind}ed)" \
+                if kind == "expand" else f"{short} (reshaped)"
     users = view.consumers.get(position, [])
     if len(users) == 1 and VIEWS.get(view.name_of(users[0][0])) in ("reshape", "transpose") \
             and (users[0][0], 0) not in seen:
-        above = naming.short(_tensor_name(view, (users[0][0], 0), naming, seen))
-        return f"{above} (reshaped)"
-    return view.synthetic_name(position)
+        above = _described(view, (users[0][0], 0), naming, seen)
+        return None if above is None else f"{naming.short(above)} (reshaped)"
+    return None
 
 
 def _operand(name: str, naming: Naming) -> str:

@@ -360,6 +360,7 @@ class _Labeller:
         reachable = self.reachable.get(run.index, set())
         if edges is not None and edges >= self.view.consumers_within(position, reachable):
             edges = None
+        start, start_edges = position, edges
         transposes, reshaped, expand = 0, False, None
         direction = ""
         for _ in range(16):
@@ -392,6 +393,10 @@ class _Labeller:
                     position = (user, 0)
                     continue
             break
+        if not self.view.names.get(position) and expand is None:
+            # Views lead to no named tensor: the tensor is named by its own op, as the chain
+            # rule names it, not by another unnamed tensor it is a view of.
+            position, edges, transposes, reshaped = start, start_edges, 0, False
         return self.meaning(run, position, edges, transposes, reshaped, expand)
 
     def meaning(self, run: Run, position: Position, edges: frozenset[Edge] | None,

@@ -170,7 +170,7 @@ class GraphView:
         Numbered in the order the forward made them, the real graph's positions before those
         only a wrapper's zeros reach, so both passes give a real position the same name."""
         unnamed = {(node, 0) for node in self.order + self.zero_only} | set(self.consumers)
-        unnamed -= set(self.names)
+        unnamed -= {position for position, names in self.names.items() if names}
         taken = {name for names in self.names.values() for name in names}
         ordered = sorted(unnamed, key=self.made_order)
         return distinct(((position, self._synthetic_base(position)) for position in ordered),

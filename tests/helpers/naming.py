@@ -17,27 +17,39 @@ from dataclasses import dataclass, field
 
 from gradexplain.capture.label import label_pass
 from gradexplain.records.session import Session
-from gradexplain.records.walk import Place
+from gradexplain.records.walk import Place, Walk
+
+# A place as the check compares them: a graph position, and the pass it is in where the full
+# hooks changed what the model computes (then the two passes' graphs, and ranks, differ).
+Where = tuple[str, int, int] | Place
 
 
 @dataclass
 class NameUses:
     """Each shown name with the places it names and where it was used, and the other way."""
 
-    places: dict[str, set[Place]] = field(default_factory=lambda: defaultdict(set))
-    names: dict[Place, set[str]] = field(default_factory=lambda: defaultdict(set))
+    places: dict[str, set[Where]] = field(default_factory=lambda: defaultdict(set))
+    names: dict[Where, set[str]] = field(default_factory=lambda: defaultdict(set))
     where: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
 
-    def add(self, name: str, place: Place, where: str) -> None:
+    def add(self, name: str, place: Where, where: str) -> None:
         self.places[name].add(place)
         self.names[place].add(name)
         self.where[name].append(where)
 
-    def shared(self) -> dict[str, set[Place]]:
-        """Names given to more than one tensor."""
-        return {name: places for name, places in self.places.items() if len(places) > 1}
+    def shared(self) -> dict[str, set[Where]]:
+        """Names given to more than one tensor (of one pass, where the passes' graphs differ:
+        then the same name in each pass is the same tensor computed another way)."""
+        found = {}
+        for name, places in self.places.items():
+            by_pass: dict[str | None, int] = defaultdict(int)
+            for place in places:
+                by_pass[place[0] if len(place) == 3 else None] += 1
+            if any(count > 1 for count in by_pass.values()):
+                found[name] = places
+        return found
 
-    def doubled(self) -> dict[Place, set[str]]:
+    def doubled(self) -> dict[Where, set[str]]:
         """Tensors given more than one name."""
         return {place: names for place, names in self.names.items() if len(names) > 1}
 
@@ -57,7 +69,10 @@ def label_uses(session: Session, canonical: bool = False) -> NameUses:
                 # The labeller run again here labels exactly as the walk did.
                 assert arg.meaning == label.meaning, (event.seq, arg.name)
                 wrt = label.meaning.wrt
-                uses.add(wrt if canonical else walk.naming.short(wrt), label.place,
+                place: Where = label.place
+                if walk.passes[1].graph_changed:
+                    place = (walk_pass.mode, *label.place)
+                uses.add(wrt if canonical else walk.naming.short(wrt), place,
                          f"{walk_pass.mode} #{event.seq} {event.hook} {arg.name}")
     return uses
 
@@ -70,11 +85,17 @@ def walk_uses(session: Session) -> NameUses:
         for line in derivation.lines:
             where = f"chain rule of run {derivation.run}, {line.node}"
             assert line.at is not None, where
-            uses.add(walk.naming.short(line.output), line.at, where)
+            uses.add(walk.naming.short(line.output), _legacy(walk, line.at), where)
             for term in line.terms:
                 assert term.at is not None, where
-                uses.add(walk.naming.short(term.wrt), term.at, f"{where} -> {term.wrt}")
+                uses.add(walk.naming.short(term.wrt), _legacy(walk, term.at),
+                         f"{where} -> {term.wrt}")
     return uses
+
+
+def _legacy(walk: Walk, place: Place) -> Where:
+    """A chain-rule place (the chain rule reads the legacy pass's graph)."""
+    return ("legacy", *place) if walk.passes[1].graph_changed else place
 
 
 def assert_names_unique(session: Session) -> None:
