@@ -69,7 +69,8 @@ class Timed:
 
 def python_model() -> tuple[nn.Module, torch.Tensor]:
     """The README's 50-layer MLP (`make_deep` of examples/models.py: Linear(256, 256) + ReLU
-    blocks), built under seed 0, and an input batch of 32 drawn right after it."""
+    blocks), built under seed 0, and an input batch of 32 drawn right after it, requiring grad
+    as `--input` makes it (explain() takes requires_grad as given)."""
     import torch
 
     spec = importlib.util.spec_from_file_location("gradexplain_examples",
@@ -80,7 +81,7 @@ def python_model() -> tuple[nn.Module, torch.Tensor]:
     torch.manual_seed(0)
     model: nn.Module = examples.make_deep()
     assert len(list(model.children())) == PYTHON_LAYERS
-    return model, torch.randn(PYTHON_BATCH, PYTHON_WIDTH)
+    return model, torch.randn(PYTHON_BATCH, PYTHON_WIDTH).requires_grad_()
 
 
 def fresh(model: nn.Module, x: torch.Tensor) -> tuple[nn.Module, torch.Tensor]:

@@ -32,7 +32,7 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
-from gradexplain.capture.build import Built
+from gradexplain.capture.build import Builder, Built
 from gradexplain.records.trace import Refusal, RefusalReason
 
 # Augmented assignments by the op torch runs for them: `out += identity` calls add_.
@@ -56,15 +56,26 @@ class Probe:
     wider: tuple[Refusal, ...]
 
 
-def probe_inplace(built: Built) -> Probe:
-    """Run `built` forward once, hook-free but for forward (pre-)hooks, and find the refusals."""
+def probe_inplace(fresh: Builder) -> Probe:
+    """Run a fresh build forward, hook-free but for forward (pre-)hooks, and find the
+    refusals. Only where a tensor was changed in place does a second forward, on another
+    fresh build, watch every torch call to name the op (most models have none: one cheap
+    forward)."""
+    found = _probe(fresh(), watch_calls=False)
+    if not found.refusals and not found.wider:
+        return found
+    return _probe(fresh(), watch_calls=True)
+
+
+def _probe(built: Built, watch_calls: bool) -> Probe:
     watcher = _Watcher()
     with ExitStack() as hooks:
         for path, module in built.model.named_modules():
             hooks.enter_context(module.register_forward_pre_hook(watcher.entering(path)))
             hooks.enter_context(module.register_forward_hook(watcher.leaving(path)))
-        with _InPlaceMode(watcher.changed):
-            built.forward()
+        if watch_calls:
+            hooks.enter_context(_InPlaceMode(watcher.changed))
+        built.forward()
     return watcher.result()
 
 

@@ -418,11 +418,11 @@ class _Labeller:
             via = (Use(self.output_name(expand)),) if restricted else ()
             record = self.trace.named(wrt)
             summed_dims = _broadcast_dims(record.shape if record else None, self.arg_shape)
-        meaning = Meaning(run.of, wrt, _aliases(names, wrt), layout, "", "", None,
+        text, latex, partial = claim_text(run.of, wrt, layout, via, summed_dims, self.naming,
+                                          run.seed is not None)
+        meaning = Meaning(run.of, wrt, _aliases(names, wrt), layout, text, latex, partial,
                           via=via, summed_dims=summed_dims)
-        text, latex, partial = claim_text(meaning, self.naming, run.seed is not None)
-        return Label(replace(meaning, text=text, latex=latex, partial=partial), Site(run.index),
-                     (self.view.rank[position[0]], position[1]))
+        return Label(meaning, Site(run.index), (self.view.rank[position[0]], position[1]))
 
     def uses(self, position: Position, edges: frozenset[Edge] | None,
              run: Run) -> tuple[Use, ...]:
@@ -447,28 +447,31 @@ class _Labeller:
         return _canonical(names) if names else self.view.synthetic_name((node, 0))
 
 
-def claim_text(meaning: Meaning, naming: Naming, seeded: bool) -> tuple[str, str, str | None]:
-    """A derivative claim as text, LaTeX and its restriction (`partial`), from the claim alone."""
-    short, of = naming.short(meaning.wrt), meaning.of
+def claim_text(of: str, wrt: str, layout: Layout, via: tuple[Use, ...],
+               summed_dims: tuple[int, ...], naming: Naming,
+               seeded: bool) -> tuple[str, str, str | None]:
+    """A derivative claim (d`of`/d`wrt` via these uses, in this layout) as text, LaTeX and its
+    restriction (`partial`), from the claim alone."""
+    short = naming.short(wrt)
     text = f"∂{of}/∂{short}"
     latex = rf"\frac{{\partial {naming.latex(of)}}}{{\partial {naming.latex(short)}}}"
     if seeded:
         # With a seed v (backward's `gradient`, grad's `grad_outputs`) what flows is the
         # vector-Jacobian product vᵀ·J, not the derivative J itself.
         text, latex = f"vᵀ·{text}", rf"v^{{\top}} {latex}"
-    restriction = meaning.via
+    restriction = via
     partial = None
     if restriction:
         partial = ", ".join(_use_text(use, naming) for use in restriction)
         text += f" (only the part via {partial})"
         latex += rf"\Big|_{{\mathrm{{via}}\ {naming.latex(restriction[0].by)}}}"
-    if meaning.layout == "transposed":
+    if layout == "transposed":
         text, latex = f"({text})ᵀ", rf"\left({latex}\right)^{{\top}}"
-    elif meaning.layout == "reshaped":
+    elif layout == "reshaped":
         text, latex = f"{text}, reshaped", rf"\operatorname{{reshape}}\left({latex}\right)"
-    elif meaning.layout == "summed":
-        dims = ", ".join(str(dim) for dim in meaning.summed_dims) or "the broadcast dims"
-        word = "dim" if len(meaning.summed_dims) == 1 else "dims"
+    elif layout == "summed":
+        dims = ", ".join(str(dim) for dim in summed_dims) or "the broadcast dims"
+        word = "dim" if len(summed_dims) == 1 else "dims"
         text += f", before summing over {word} {dims} ({short} expanded)"
     return text, latex, partial
 

@@ -19,7 +19,7 @@ from torch import nn
 
 from gradexplain.capture.build import Builder, build
 from gradexplain.capture.derive import derivations
-from gradexplain.capture.inplace import probe_inplace
+from gradexplain.capture.inplace import Probe, probe_inplace
 from gradexplain.capture.label import label_pass
 from gradexplain.capture.lessons import lessons_for
 from gradexplain.capture.passes import checked_pass, graph_change, run_steps
@@ -38,7 +38,7 @@ from gradexplain.output_path import WHOLE, OutputPath, parse_output_path, path_t
 from gradexplain.records.names import Naming, canonical_name
 from gradexplain.records.paths import module_title
 from gradexplain.records.session import Session, forward_steps
-from gradexplain.records.trace import PYTHON_VALUE_LIMIT, PassTrace
+from gradexplain.records.trace import PYTHON_VALUE_LIMIT, PassTrace, Refusal
 from gradexplain.records.walk import Walk
 from gradexplain.threads import DEFAULT_THREADS, torch_threads
 
@@ -92,13 +92,18 @@ def _walk(spec: ModelSpec, spec_path: str, make: Builder | None,
 
 
 def _full_pass(fresh: Builder) -> PassTrace:
-    """The full pass, without full hooks on the modules torch would refuse them on (found by
-    one probe forward, `inplace`). If torch refuses anyway (an in-place op the probe could not
-    tie to a call), once more without them on every call whose tensors an in-place op touched;
-    if that fails too, a clear error rather than a model refused for a hint it cannot act on."""
-    probe = probe_inplace(fresh())
-    tried = probe.refusals
-    for attempt in range(2):
+    """The full pass, with full hooks on every module torch takes them on. Most models have no
+    in-place op on what full hooks wrap, and pay nothing for it: only when torch refuses does a
+    probe forward (`inplace`) find the modules to leave without full hooks, and the pass runs
+    again. If torch refuses still (an in-place op the probe could not tie to a call), once more
+    without them on every call whose tensors an in-place op touched; if that fails too, a clear
+    error rather than a model refused for a hint it cannot act on."""
+    attempts: list[tuple[Refusal, ...]] = [()]
+    probe: Probe | None = None
+    tried: tuple[Refusal, ...] = ()
+    message = ""
+    while attempts:
+        tried = attempts.pop(0)
         try:
             full = trace(fresh(), "full", tried)
         except (ModelRunError, SpecRunError) as error:
@@ -111,8 +116,10 @@ def _full_pass(fresh: Builder) -> PassTrace:
             if refused_run is None:
                 return full
             message = first_line_of(refused_run.message)
-        if attempt == 0 and probe.wider:
-            tried = probe.refusals + probe.wider
+        if probe is None:
+            probe = probe_inplace(fresh)
+            wider = probe.refusals + probe.wider
+            attempts = [item for item in dict.fromkeys((probe.refusals, wider)) if item]
     refused = ", ".join(module_title(item.module) for item in tried) or "no module"
     raise HookRefusedError(
         "torch refused full backward hooks on this model (a BackwardHookFunction view was "

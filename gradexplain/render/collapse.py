@@ -30,9 +30,11 @@ from dataclasses import dataclass
 
 # Integer components of a module path: the 3 in `3.linear`, `blocks.3.linear`, `encoder.3:relu`.
 # Digits inside a name (`layer1`, `ReluBackward0`) name different things, and digits in brackets
-# are argument positions (`grad_input[0]`), so both stay. ASCII only, because the transpose mark
+# are argument positions (`grad_input[0]`), so both stay; but a path opening a bracket
+# (`[3.linear:addmm > 0]`, a ReLU's mask) is a path. ASCII only, because the transpose mark
 # `ᵀ` counts as a letter to `\w`.
-_PATH_NUMBER = re.compile(r"(?<![A-Za-z0-9_\[#@])[0-9]+(?![A-Za-z0-9_\]])")
+_PATH_NUMBER = re.compile(r"(?<![A-Za-z0-9_\[#@])[0-9]+(?![A-Za-z0-9_\]])"
+                          r"|(?<=\[)[0-9]+(?=\.[A-Za-z_])")
 # Counters that grow from block to block without naming one: autograd node ids (`n17`), the
 # n-th call of an op (`add#6`), the n-th version of a tensor (`t@2`).
 _COUNTER = re.compile(r"(?<![A-Za-z0-9_])n[0-9]+(?![A-Za-z0-9_])|(?<=[#@])[0-9]+")

@@ -19,6 +19,7 @@ from torch import nn
 
 from gradexplain.api import explain
 from gradexplain.capture import pipeline
+from gradexplain.capture.build import Builder
 from gradexplain.capture.inplace import Probe, probe_inplace
 from gradexplain.errors import HookRefusedError
 from gradexplain.records.trace import TensorValue
@@ -343,8 +344,8 @@ def test_spec_relu_inplace_values_match_plain_torch() -> None:
 def test_a_missed_refusal_is_retried_with_the_wider_set(monkeypatch: pytest.MonkeyPatch) -> None:
     real = probe_inplace
 
-    def blind(built: object) -> Probe:
-        found = real(built)  # type: ignore[arg-type]
+    def blind(fresh: Builder) -> Probe:
+        found = real(fresh)
         return Probe((), tuple(type(item)(item.module, "aliased") for item in found.refusals))
 
     monkeypatch.setattr(pipeline, "probe_inplace", blind)
@@ -354,7 +355,7 @@ def test_a_missed_refusal_is_retried_with_the_wider_set(monkeypatch: pytest.Monk
 
 
 def test_a_refusal_nothing_locates_is_one_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(pipeline, "probe_inplace", lambda built: Probe((), ()))
+    monkeypatch.setattr(pipeline, "probe_inplace", lambda fresh: Probe((), ()))
     with pytest.raises(HookRefusedError) as caught:
         explain(torch_model(relu_after_linear), *leaves(torch_inputs((5, 3))))
     assert caught.value.exit_code == 2

@@ -125,6 +125,11 @@ def test_shape_key_masks_block_numbers_and_counters_only() -> None:
     assert shape_key(text) == ("node # on AddmmBackward0 ∂loss/∂blocks.#.linear:addmm "
                                "grad_input[0] layer1.# encoder.#:relu add##ᵀ #.linear.weightᵀ")
     assert path_numbers(text) == {2, 3, 4}
+    # A ReLU's mask opens a bracket with a path: the block number in it is masked too, the
+    # argument position is not.
+    mask = "g ⊙ [47.linear:addmm > 0] grad_inputs[1]"
+    assert shape_key(mask) == "g ⊙ [#.linear:addmm > 0] grad_inputs[1]"
+    assert path_numbers(mask) == {47}
 
 
 def test_folded_blocks_names_the_blocks_only_the_fold_holds() -> None:
