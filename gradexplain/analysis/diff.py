@@ -34,7 +34,7 @@ def compare(session: Session) -> HookDiff:
     for module in _modules(legacy):
         comparer = _Module(session, module, legacy, full)
         modules.append(comparer.diff(legacy_pass, full_pass))
-    return HookDiff(walk.spec, walk.name, walk.torch, tuple(modules))
+    return HookDiff(walk.spec, walk.name, walk.torch, tuple(modules), full_pass.graph_changed)
 
 
 def _modules(trace: PassTrace) -> list[str]:

@@ -79,6 +79,9 @@ class HookDiff:
     name: str
     torch: str
     modules: tuple[ModuleDiff, ...]
+    # How the full hooks changed what the model computes (records.walk.PassWalk), if they did:
+    # then the two passes' hooks sit on two different graphs.
+    graph_changed: str | None = None
 
 
 def unique(findings: list[Finding]) -> list[Finding]:

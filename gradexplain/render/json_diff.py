@@ -15,12 +15,15 @@ SCHEMA = "gradexplain.diff/1"
 
 
 def diff_json(diff: HookDiff) -> dict[str, Any]:
-    return {
+    result: dict[str, Any] = {
         "schema": SCHEMA,
         "torch": diff.torch,
         "spec": diff.spec,
         "modules": [_module(module) for module in diff.modules],
     }
+    if diff.graph_changed:
+        result["graph_changed"] = diff.graph_changed
+    return result
 
 
 def _module(module: ModuleDiff) -> dict[str, Any]:

@@ -20,6 +20,8 @@ def diff_markdown(diff: HookDiff, level: int = 1) -> str:
                   f"{code(diff.spec)}, torch {code(diff.torch)}"]
     parts.append(escape("register_backward_hook (legacy) beside register_full_backward_hook "
                         "(full), module by module. ≠ marks an argument that differs."))
+    if diff.graph_changed:
+        parts.append(f"{bold('Note:')} {escape(diff.graph_changed)}")
     parts += [module_markdown(module, level + 1) for module in diff.modules]
     return blocks(*parts)
 

@@ -23,6 +23,8 @@ def diff_text(diff: HookDiff) -> RenderableType:
              style="dim"),
         Text(""),
     ]
+    if diff.graph_changed:
+        parts += [Text(f"Note: {diff.graph_changed}", style="yellow"), Text("")]
     parts += [_module(module) for module in diff.modules]
     return Group(*parts)
 

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from gradexplain import explain
+from gradexplain.analysis.diff import compare
 from gradexplain.records.walk import PassWalk
 from gradexplain.render.console import plain_text
 
@@ -157,3 +158,5 @@ def test_the_change_is_shown_in_text_markdown_and_json() -> None:
     assert result.json()["passes"][1]["graph_changed"] == note
     assert "changed what the model computes" in result.markdown()
     assert "changed what the model computes" in " ".join(plain_text(result.text()).split())
+    assert compare(result.session).graph_changed == note
+    assert "changed what the model computes" in result.report()

@@ -462,6 +462,9 @@ def diff_schema() -> Schema:
             "torch": {"type": "string"},
             "spec": {"type": "string"},
             "modules": {"type": "array", "items": {"$ref": "#/$defs/module"}},
+            "graph_changed": {"type": "string",
+                              "description": "Present only where the full hooks changed what "
+                                             "the model computes: how, in words."},
         },
         "required": ["schema", "torch", "spec", "modules"],
         "$defs": {"module": module, "call": call, "row": row, **contract_defs()},
