@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from gradexplain.capture.trace import tensor_value
+from gradexplain.capture.values import tensor_value
 from gradexplain.records.trace import TensorValue
 from gradexplain.records.walk import Check
 

@@ -13,8 +13,8 @@ from gradexplain.capture.checks import check
 from gradexplain.capture.label import VIEWS
 from gradexplain.capture.replay import Replay, RunValues
 from gradexplain.capture.rules import local_derivatives
-from gradexplain.capture.trace import tensor_value
 from gradexplain.capture.user_changes import Changes
+from gradexplain.capture.values import tensor_value
 from gradexplain.language.expr import BinOp, Name, Number
 from gradexplain.language.model import ModelSpec
 from gradexplain.records.graph import GraphView, Position

@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
+from gradexplain.records.claims import claim_text
 from gradexplain.records.graph import Edge, GraphView, Position
 from gradexplain.records.names import Naming, canonical_name
 from gradexplain.records.trace import Arg, Event, ModuleCall, PassTrace, Run
@@ -445,43 +446,6 @@ class _Labeller:
     def output_name(self, node: str) -> str:
         names = self.view.names.get((node, 0))
         return _canonical(names) if names else self.view.synthetic_name((node, 0))
-
-
-def claim_text(of: str, wrt: str, layout: Layout, via: tuple[Use, ...],
-               summed_dims: tuple[int, ...], naming: Naming,
-               seeded: bool) -> tuple[str, str, str | None]:
-    """A derivative claim (d`of`/d`wrt` via these uses, in this layout) as text, LaTeX and its
-    restriction (`partial`), from the claim alone."""
-    short = naming.short(wrt)
-    text = f"∂{of}/∂{short}"
-    latex = rf"\frac{{\partial {naming.latex(of)}}}{{\partial {naming.latex(short)}}}"
-    if seeded:
-        # With a seed v (backward's `gradient`, grad's `grad_outputs`) what flows is the
-        # vector-Jacobian product vᵀ·J, not the derivative J itself.
-        text, latex = f"vᵀ·{text}", rf"v^{{\top}} {latex}"
-    restriction = via
-    partial = None
-    if restriction:
-        partial = ", ".join(_use_text(use, naming) for use in restriction)
-        text += f" (only the part via {partial})"
-        latex += rf"\Big|_{{\mathrm{{via}}\ {naming.latex(restriction[0].by)}}}"
-    if layout == "transposed":
-        text, latex = f"({text})ᵀ", rf"\left({latex}\right)^{{\top}}"
-    elif layout == "reshaped":
-        text, latex = f"{text}, reshaped", rf"\operatorname{{reshape}}\left({latex}\right)"
-    elif layout == "summed":
-        dims = ", ".join(str(dim) for dim in summed_dims) or "the broadcast dims"
-        word = "dim" if len(summed_dims) == 1 else "dims"
-        text += f", before summing over {word} {dims} ({short} expanded)"
-    return text, latex, partial
-
-
-def _use_text(use: Use, naming: Naming) -> str:
-    """`m`, or `m's operand 0` for one operand's share where the op reads the tensor twice."""
-    by = naming.short(use.by)
-    if use.operand is None:
-        return by
-    return f"{by}'s operand {use.operand}"
 
 
 def _broadcast_dims(small: tuple[int, ...] | None, large: tuple[int, ...]) -> tuple[int, ...]:

@@ -15,8 +15,8 @@ from gradexplain.capture.claims import ClaimChecker, Evaluated
 from gradexplain.capture.label import EventLabels
 from gradexplain.capture.lessons.torch_errors import explain_error
 from gradexplain.capture.replay import Replay, ReplayMismatch
-from gradexplain.capture.trace import tensor_value
 from gradexplain.capture.user_changes import Changes
+from gradexplain.capture.values import tensor_value
 from gradexplain.language.model import ModelSpec
 from gradexplain.records.graph import GraphView, Signature
 from gradexplain.records.lessons.torch_errors import Attempt

@@ -24,7 +24,8 @@ from gradexplain.capture.label import label_pass
 from gradexplain.capture.lessons import lessons_for
 from gradexplain.capture.passes import checked_pass, graph_change, run_steps
 from gradexplain.capture.replay import Replay, ReplayMismatch
-from gradexplain.capture.trace import trace, value_limit
+from gradexplain.capture.trace import trace
+from gradexplain.capture.values import value_limit
 from gradexplain.errors import (
     HookRefusedError,
     ModelRunError,

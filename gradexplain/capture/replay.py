@@ -19,8 +19,8 @@ import torch
 from torch.autograd.graph import GradientEdge
 
 from gradexplain.capture.build import Builder, Built, build, make_tensor, observe
-from gradexplain.capture.trace import grad_outputs
 from gradexplain.capture.user_hooks import user_hooks
+from gradexplain.capture.values import grad_outputs
 from gradexplain.errors import GradexplainError
 from gradexplain.language.model import ModelSpec
 from gradexplain.records.graph import Signature, real_order, signature

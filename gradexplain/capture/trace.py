@@ -18,9 +18,8 @@ from __future__ import annotations
 
 import warnings
 from collections import deque
-from collections.abc import Iterator, Sequence
-from contextlib import ExitStack, contextmanager
-from contextvars import ContextVar
+from collections.abc import Sequence
+from contextlib import ExitStack
 from typing import Any
 
 import torch
@@ -28,11 +27,10 @@ from torch import nn
 
 from gradexplain.capture.build import Built, make_tensor, observe
 from gradexplain.capture.user_hooks import user_hooks
+from gradexplain.capture.values import grad_outputs, tensor_value
 from gradexplain.errors import ExpectationError, Location
-from gradexplain.language.model import GradOutputs
 from gradexplain.records.names import ACCUMULATE, HOOK_WRAPPER, canonical_name, op_name
 from gradexplain.records.trace import (
-    VALUE_LIMIT,
     Arg,
     Event,
     GraphNode,
@@ -44,7 +42,6 @@ from gradexplain.records.trace import (
     Refusal,
     Run,
     RunError,
-    Summary,
     TensorRecord,
     TensorValue,
     UserHook,
@@ -72,50 +69,6 @@ def trace(built: Built, mode: Mode, refusals: tuple[Refusal, ...] = ()) -> PassT
         recorder.register_node_hooks(hooks)
         recorder.run_backward()
     return recorder.result()
-
-
-# Above this many elements a tensor is recorded as a summary the moment a hook sees it: copying
-# every value of every activation of a deep model costs more time than the whole forward and
-# backward. `--max-values` lowers it (DESIGN section 5 allows a summary above 10,000).
-_value_limit: ContextVar[int] = ContextVar("gradexplain_value_limit", default=VALUE_LIMIT)
-
-
-@contextmanager
-def value_limit(limit: int | None) -> Iterator[None]:
-    """Within the block, tensors above `limit` elements are summarised (None: the default)."""
-    token = _value_limit.set(VALUE_LIMIT if limit is None else min(limit, VALUE_LIMIT))
-    try:
-        yield
-    finally:
-        _value_limit.reset(token)
-
-
-def _creation_order(nodes: Sequence[Node]) -> dict[Node, int]:
-    """Each node's place in the order the forward made them, from torch's sequence numbers
-    (which count every op of the thread, so only their order is kept: the same in every
-    process). A leaf's AccumulateGrad has no number of its own (torch gives it the largest)."""
-    numbered = [(node._sequence_nr(), index) for index, node in enumerate(nodes)
-                if node.name() != ACCUMULATE]
-    return {nodes[index]: place for place, (_, index) in enumerate(sorted(numbered))}
-
-
-def tensor_value(tensor: torch.Tensor | None) -> TensorValue | None:
-    """A tensor's values copied out now, in full precision, or a summary for a large one."""
-    if tensor is None:
-        return None
-    data = tensor.detach()
-    shape = tuple(data.shape)
-    dtype = str(data.dtype).removeprefix("torch.")
-    if data.numel() > _value_limit.get():
-        as_float = data.double()
-        low, high = torch.aminmax(as_float)
-        # One conversion for the four numbers: on a deep model this runs thousands of times,
-        # and each small torch call costs more than its arithmetic.
-        minimum, maximum, mean, norm = torch.stack(
-            [low, high, as_float.mean(), torch.linalg.vector_norm(as_float)]).tolist()
-        summary = Summary(minimum, maximum, mean, norm)
-        return TensorValue(shape, dtype, None, summary)
-    return TensorValue(shape, dtype, data.tolist())
 
 
 class _Recorder:
@@ -515,16 +468,13 @@ class _Recorder:
                          tuple(self.user_hooks), self.refusals)
 
 
-def grad_outputs(spec: GradOutputs, of: torch.Tensor) -> torch.Tensor:
-    """The `grad_outputs` tensor of an autograd.grad call: ones, a one-hot column, a literal."""
-    if spec.kind == "ones":
-        return torch.ones_like(of)
-    if spec.kind == "one_hot":
-        seed = torch.zeros_like(of)
-        seed[..., spec.column] = 1.0
-        return seed
-    assert spec.value is not None
-    return make_tensor(spec.value).to(of.dtype)
+def _creation_order(nodes: Sequence[Node]) -> dict[Node, int]:
+    """Each node's place in the order the forward made them, from torch's sequence numbers
+    (which count every op of the thread, so only their order is kept: the same in every
+    process). A leaf's AccumulateGrad has no number of its own (torch gives it the largest)."""
+    numbered = [(node._sequence_nr(), index) for index, node in enumerate(nodes)
+                if node.name() != ACCUMULATE]
+    return {nodes[index]: place for place, (_, index) in enumerate(sorted(numbered))}
 
 
 def _returned_argument(inputs: Sequence[Any], first: torch.Tensor | None) -> int | None:
@@ -566,4 +516,4 @@ def _accumulate_grad_node(leaf: torch.Tensor) -> Node | None:
     return node.next_functions[0][0]
 
 
-__all__ = ["tensor_value", "trace", "value_limit"]
+__all__ = ["trace"]

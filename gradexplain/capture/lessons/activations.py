@@ -27,7 +27,7 @@ from torch import nn
 
 from gradexplain.capture.build import build
 from gradexplain.capture.checks import RECOMPUTED, agreement
-from gradexplain.capture.trace import tensor_value
+from gradexplain.capture.values import tensor_value
 from gradexplain.language.expr import BinOp, Call, Expr, Index, Neg, Transpose
 from gradexplain.language.model import Capture, ModelSpec
 from gradexplain.records.lessons.activations import ActivationLesson, ForwardCall, StoredEntry

@@ -33,7 +33,7 @@ from gradexplain.capture.lessons.intervention_runs import (
     namer,
     tensors_of,
 )
-from gradexplain.capture.trace import tensor_value
+from gradexplain.capture.values import tensor_value
 from gradexplain.language.model import BackwardSpec, GradCall, Intervention, ModelSpec
 from gradexplain.records.lessons.interventions import GradChange, Replacement
 from gradexplain.records.numbers import fmt, fmt_shape

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from gradexplain.capture.build import Built, build, make_tensor, observe
-from gradexplain.capture.trace import grad_outputs
+from gradexplain.capture.values import grad_outputs
 from gradexplain.language.model import BackwardSpec, GradCall, Intervention, ModelSpec
 from gradexplain.records.lessons.interventions import ChangeKind
 from gradexplain.records.names import HOOK_WRAPPER

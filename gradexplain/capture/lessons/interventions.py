@@ -25,7 +25,7 @@ import warnings
 from gradexplain.capture.build import make_tensor
 from gradexplain.capture.lessons.intervention_hook_free import HookFree
 from gradexplain.capture.lessons.intervention_runs import Goal, replace, run
-from gradexplain.capture.trace import tensor_value
+from gradexplain.capture.values import tensor_value
 from gradexplain.errors import ExpectationError, first_line, first_line_of
 from gradexplain.language.model import BackwardSpec, Intervention, ModelSpec
 from gradexplain.records.lessons.interventions import InterventionLesson

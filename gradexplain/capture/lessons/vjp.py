@@ -23,7 +23,7 @@ import torch
 
 from gradexplain.capture.build import Built, build, make_tensor, observe
 from gradexplain.capture.checks import agreement, identity_tolerance
-from gradexplain.capture.trace import grad_outputs, tensor_value
+from gradexplain.capture.values import grad_outputs, tensor_value
 from gradexplain.errors import SpecRunError
 from gradexplain.language.model import BackwardSpec, GradCall, GradOutputs, ModelSpec
 from gradexplain.records.lessons.vjp import (

@@ -1,0 +1,65 @@
+"""How a tensor a hook is handed becomes a record: its values copied out at once (or, above the
+value limit, a summary), and the seed gradients the spec's calls start from. Torch in, plain
+values out; the tracer and every check use these.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+
+import torch
+
+from gradexplain.capture.build import make_tensor
+from gradexplain.language.model import GradOutputs
+from gradexplain.records.trace import VALUE_LIMIT, Summary, TensorValue
+
+# Above this many elements a tensor is recorded as a summary the moment a hook sees it: copying
+# every value of every activation of a deep model costs more time than the whole forward and
+# backward. `--max-values` lowers it (DESIGN section 5 allows a summary above 10,000).
+_value_limit: ContextVar[int] = ContextVar("gradexplain_value_limit", default=VALUE_LIMIT)
+
+
+@contextmanager
+def value_limit(limit: int | None) -> Iterator[None]:
+    """Within the block, tensors above `limit` elements are summarised (None: the default)."""
+    token = _value_limit.set(VALUE_LIMIT if limit is None else min(limit, VALUE_LIMIT))
+    try:
+        yield
+    finally:
+        _value_limit.reset(token)
+
+
+def tensor_value(tensor: torch.Tensor | None) -> TensorValue | None:
+    """A tensor's values copied out now, in full precision, or a summary for a large one."""
+    if tensor is None:
+        return None
+    data = tensor.detach()
+    shape = tuple(data.shape)
+    dtype = str(data.dtype).removeprefix("torch.")
+    if data.numel() > _value_limit.get():
+        as_float = data.double()
+        low, high = torch.aminmax(as_float)
+        # One conversion for the four numbers: on a deep model this runs thousands of times,
+        # and each small torch call costs more than its arithmetic.
+        minimum, maximum, mean, norm = torch.stack(
+            [low, high, as_float.mean(), torch.linalg.vector_norm(as_float)]).tolist()
+        summary = Summary(minimum, maximum, mean, norm)
+        return TensorValue(shape, dtype, None, summary)
+    return TensorValue(shape, dtype, data.tolist())
+
+
+def grad_outputs(spec: GradOutputs, of: torch.Tensor) -> torch.Tensor:
+    """The `grad_outputs` tensor of an autograd.grad call: ones, a one-hot column, a literal."""
+    if spec.kind == "ones":
+        return torch.ones_like(of)
+    if spec.kind == "one_hot":
+        seed = torch.zeros_like(of)
+        seed[..., spec.column] = 1.0
+        return seed
+    assert spec.value is not None
+    return make_tensor(spec.value).to(of.dtype)
+
+
+__all__ = ["grad_outputs", "tensor_value", "value_limit"]
