@@ -15,7 +15,6 @@ import torch
 from gradexplain.capture.checks import check
 from gradexplain.capture.replay import Replay, RunValues
 from gradexplain.records.graph import Edge, GraphView, Position
-from gradexplain.records.names import canonical_name
 from gradexplain.records.trace import TensorValue
 from gradexplain.records.walk import Check, Meaning
 
@@ -40,16 +39,6 @@ class ClaimChecker:
     def __init__(self, view: GraphView, replay: Replay) -> None:
         self.view = view
         self.replay = replay
-        self.positions: dict[str, set[Position]] = {}
-        for position in self._positions():
-            names = view.names.get(position, [])
-            canonical = canonical_name(names) or view.synthetic_name(position)
-            self.positions.setdefault(canonical, set()).add(position)
-
-    def _positions(self) -> set[Position]:
-        found = set(self.view.names) | set(self.view.consumers)
-        found |= {(node, 0) for node in (*self.view.order, *self.view.zero_only)}
-        return {position for position in found if position[0] in self.view.rank}
 
     def evaluate(self, meaning: Meaning, run: int, value: TensorValue) -> Evaluated:
         stale = None if meaning.stale_from is None else (meaning.stale_from,)
@@ -91,7 +80,7 @@ class ClaimChecker:
         return total
 
     def position(self, name: str) -> Position:
-        found = self.positions.get(name, set())
+        found = self.view.named_positions.get(name, frozenset())
         if len(found) != 1:
             raise ClaimError(f"{name!r} names {len(found)} tensors of the graph")
         return next(iter(found))

@@ -18,6 +18,7 @@ The result is a claim (`Meaning`) and how to compute it independently (`Site`); 
 from __future__ import annotations
 
 import re
+from bisect import bisect_left
 from dataclasses import dataclass, replace
 
 from gradexplain.records.claims import claim_text
@@ -89,6 +90,13 @@ class _Labeller:
             run.index: self.view.reachable(self.view.resolve(self.view.raw_position(run.root)))
             for run in trace.runs
         }
+        # Each output wrapper's full pre-hook calls, in firing order: (seqs, runs).
+        self.pre_hooks: dict[str, tuple[list[int], list[int]]] = {}
+        for event in trace.events:
+            if event.hook == "full_backward_pre" and event.node_id is not None:
+                seqs, runs = self.pre_hooks.setdefault(event.node_id, ([], []))
+                seqs.append(event.seq)
+                runs.append(event.run)
         self.seeded: dict[int, set[Position]] = {
             run.index: self.seed_chain(self.view.raw_position(run.root)) for run in trace.runs
         }
@@ -176,10 +184,11 @@ class _Labeller:
         wrapper saw last (a full pre-hook event) until the input wrapper's hook uses it, so a
         call that passed the output but never reached the input (torch refused it, or an
         autograd.grad stopped short) leaves it for the next call that reaches the input."""
-        for earlier in reversed(self.trace.events[:event.seq]):
-            if earlier.hook == "full_backward_pre" and earlier.node_id == wrapper_out:
-                return None if earlier.run == event.run else self.trace.runs[earlier.run - 1]
-        return None
+        seqs, runs = self.pre_hooks.get(wrapper_out, ([], []))
+        last = bisect_left(seqs, event.seq) - 1
+        if last < 0 or runs[last] == event.run:
+            return None
+        return self.trace.runs[runs[last] - 1]
 
     def stale(self, run: Run, earlier: Run, raw: Position, call: ModuleCall) -> Label:
         """A grad_output left by call `earlier`: its gradient at the module's output."""
@@ -187,7 +196,7 @@ class _Labeller:
         if position is None:
             return NO_LABEL
         names = self.view.names.get(position, [])
-        wrt = _canonical(names) if names else self.view.synthetic_name(position)
+        wrt = self.view.tensor_name(position)
         short = self.naming.short(wrt)
         module = call.module or "the model"
         text = (f"stale: ∂{earlier.of}/∂{short} from call {earlier.index}, kept by torch "
@@ -316,7 +325,7 @@ class _Labeller:
         if position is None:
             return NO_LABEL
         names = self.view.names.get(position, [])
-        wrt = _canonical(names) if names else self.view.synthetic_name(position)
+        wrt = self.view.tensor_name(position)
         return self.zero_label(run, wrt, names,
                                f"{run.of} does not depend on {self.naming.short(wrt)}")
 
@@ -324,7 +333,7 @@ class _Labeller:
         """Zeros at a position no real edge from the output reaches: only a full hook's
         wrapper, which fills in zeros for what got no gradient, makes torch pass one here."""
         names = self.view.names.get(position, [])
-        wrt = _canonical(names) if names else self.view.synthetic_name(position)
+        wrt = self.view.tensor_name(position)
         short = self.naming.short(wrt)
         return self.zero_label(run, wrt, names, f"{run.of} does not depend on {short}; the "
                                                 "zeros come from a full hook's wrapper")
@@ -405,7 +414,7 @@ class _Labeller:
         """The claim for the gradient at `position` (only along `edges`, if given), seen
         through the views the describing walked, and its text, rendered from the claim."""
         names = self.view.names.get(position, [])
-        wrt = _canonical(names) if names else self.view.synthetic_name(position)
+        wrt = self.view.tensor_name(position)
         layout: Layout = ("summed" if expand else "reshaped" if reshaped
                           else "transposed" if transposes % 2 else "as-is")
         via = self.uses(position, edges, run)
@@ -444,8 +453,7 @@ class _Labeller:
         return tuple(found)
 
     def output_name(self, node: str) -> str:
-        names = self.view.names.get((node, 0))
-        return _canonical(names) if names else self.view.synthetic_name((node, 0))
+        return self.view.tensor_name((node, 0))
 
 
 def _broadcast_dims(small: tuple[int, ...] | None, large: tuple[int, ...]) -> tuple[int, ...]:

@@ -42,7 +42,8 @@ def checked_pass(trace: PassTrace, view: GraphView, events: list[EventLabels],
         if view.signature() != replay.signature():
             raise AssertionError(f"the {trace.mode} pass's graph differs from the check run's")
         checker = ClaimChecker(view, replay)
-    unchecked = Evaluated(None, str(replay))
+    # Why nothing of this pass could be checked, when its graph could not be rebuilt.
+    unchecked = Evaluated(None, str(replay) if checker is None else None)
     changes = Changes(trace, view)
     labelled = tuple(_labelled_event(item, checker, unchecked, changes) for item in events)
     grads = _final_grads(trace, view, replay, changes) if isinstance(replay, Replay) else tuple(

@@ -164,6 +164,26 @@ class GraphView:
         the later ones are `z:mul@2`, `z:mul@3`, ... (see `synthetic_names`)."""
         return self.synthetic_names.get(position) or self._synthetic_base(position)
 
+    def tensor_name(self, position: Position) -> str:
+        """A tensor's canonical name in the pass: its own (`canonical_name`), else synthetic."""
+        return canonical_name(self.names.get(position, [])) or self.synthetic_name(position)
+
+    @cached_property
+    def positions(self) -> frozenset[Position]:
+        """Every position of the pass that can carry a gradient: each node's first output,
+        every tensor an edge leads to, every named tensor."""
+        found = {(node, 0) for node in self.order + self.zero_only} | set(self.consumers)
+        return frozenset(found | {position for position in self.names
+                                  if position[0] in self.rank})
+
+    @cached_property
+    def named_positions(self) -> dict[str, frozenset[Position]]:
+        """The positions each canonical name stands for (one each, where names are unique)."""
+        found: dict[str, set[Position]] = {}
+        for position in self.positions:
+            found.setdefault(self.tensor_name(position), set()).add(position)
+        return {name: frozenset(places) for name, places in found.items()}
+
     @cached_property
     def synthetic_names(self) -> dict[Position, str]:
         """Every unnamed position's synthetic name, no two alike and none a tensor's own name.

@@ -94,7 +94,7 @@ def test_a_claim_about_another_tensor_holds_only_where_plain_torch_agrees(
         if claim.runs or run != 1:
             continue
         for name, gradient in plain.named.items():
-            if name not in pass_.checker.positions:
+            if name not in pass_.checker.view.named_positions:
                 continue
             mutated = replace(claim, wrt=name, via=(), layout="as-is", summed_dims=())
             truth = agrees(value, gradient)

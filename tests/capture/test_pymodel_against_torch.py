@@ -10,21 +10,18 @@ labelled (tests/helpers/pyoracle.py).
 
 from __future__ import annotations
 
-from collections import defaultdict
-
 import pytest
 import torch
 
 from gradexplain.api import Explanation
-from gradexplain.records.walk import LabelledEvent
 from tests.helpers import pymodels
 from tests.helpers.pyoracle import (
     GOOD_MODELS,
     args_of,
     assert_args_equal,
     assert_close,
+    assert_module_hooks_match,
     event,
-    events,
     explained,
     input_names,
     labels,
@@ -62,19 +59,7 @@ def test_module_hook_arguments_are_what_torch_hands_its_hooks(name: str, mode: s
     make, shapes = GOOD_MODELS[name]
     walk = explained(name).walk
     expected = torch_hook_calls(make, torch_inputs(*shapes), mode)
-    kinds = ("backward",) if mode == "legacy" else ("full_backward_pre", "full_backward")
-    got: dict[tuple[str, str], list[LabelledEvent]] = defaultdict(list)
-    for kind in kinds:
-        for item in events(walk, mode, kind):
-            got[(kind, item.target)].append(item)
-    assert sorted(got) == sorted(expected)
-    for key, calls in expected.items():
-        assert len(got[key]) == len(calls), key
-        for item, call in zip(got[key], calls, strict=True):
-            what = f"[{mode}] {key[0]} {key[1] or '<model>'}"
-            if key[0] != "full_backward_pre":
-                assert_args_equal(args_of(item, "grad_input"), call.grad_input, what)
-            assert_args_equal(args_of(item, "grad_output"), call.grad_output, what)
+    assert_module_hooks_match(walk, mode, expected)
 
 
 def test_legacy_hook_of_a_linear_head_is_the_operands_of_addmm(mlp: Explanation) -> None:
