@@ -18,6 +18,7 @@ from torch import nn
 from gradexplain import explain
 from gradexplain.threads import torch_threads
 from tests.helpers.naming import assert_names_unique
+from tests.helpers.pins import pin_problems
 from tests.helpers.pyoracle import assert_module_hooks_match, hook_calls, seeded
 from tests.helpers.resnet import make_resnet18
 
@@ -237,3 +238,10 @@ def test_module_hooks_hold_what_plain_torch_gives(name: str) -> None:
         with torch_threads(1):
             expected = hook_calls(copy.deepcopy(done.model), inputs, mode, family.loss)
         assert_module_hooks_match(done.result.walk, mode, expected)
+
+
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_every_hook_argument_is_pinned_to_its_step(name: str) -> None:
+    """Each labelled argument sits at the chain-rule step with its derivative and value (a
+    share at the share of the use it names), in every family (tests/helpers/pins.py)."""
+    assert pin_problems(walked(name).result.session) == []

@@ -6,8 +6,9 @@ against the hook-free run.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, fields, is_dataclass, replace
 
 from gradexplain.capture.checks import check
 from gradexplain.capture.label import VIEWS
@@ -27,7 +28,7 @@ def derivations(spec: ModelSpec, trace: PassTrace, view: GraphView,
                  replay: Replay, naming: Naming) -> tuple[Derivation, ...]:
     """The chain rule of each distinct call, node by node from the output back to the leaves."""
     done: dict[int, int] = {}
-    derivations = []
+    derivations: list[Derivation] = []
     operands = _written_operands(spec)
     changes = Changes(trace, view)
     names = ChainNames(view, naming)
@@ -36,8 +37,11 @@ def derivations(spec: ModelSpec, trace: PassTrace, view: GraphView,
         if values is None or run.failed:
             continue  # torch refused this call: there is no chain rule to show
         if id(values) in done:
+            first = done[id(values)]
+            derivations[first] = replace(derivations[first],
+                                         repeats=(*derivations[first].repeats, run.index))
             continue
-        done[id(values)] = run.index
+        done[id(values)] = len(derivations)
         traced = _traced(trace, run.index)
         lines = [_line(view, values, node, traced.get(node), operands, names,
                        _changed_by(changes, run.index, node)) for node in
@@ -77,17 +81,49 @@ def _changed_by(changes: Changes, run: int, node: str) -> Callable[[int | None],
     return lambda number: changes.of_edge(run, node, number) if changes else None
 
 
+# How a formula names an operand with no graph edge that the spec does not name.
+NO_GRAD_OPERAND = "(a tensor without grad)"
+# The ops a step writes with an operator, by the name part a nested one gets (`loss:mul` for
+# the `w * x` in `loss = sum(w * x)`: records.graph.GraphView.synthetic_name).
+OPERATORS = {"*": "mul", "+": "add", "-": "sub", "/": "div"}
+
+
 def _written_operands(spec: ModelSpec) -> dict[str, tuple[str | None, ...]]:
     """For each step `t = a op b`, the operands as written, by every name of `t`: a number or
-    a tensor that needs no gradient has no graph edge, and is named from here instead."""
+    a tensor that needs no gradient has no graph edge, and is named from here instead. An
+    operator nested in a step (`loss = sum(w * x)`) is found by its synthetic name
+    (`loss:mul`), where the step has only one of its kind."""
     found: dict[str, tuple[str | None, ...]] = {}
     for module in spec.root.all_modules():
         for step in module.steps:
+            if len(step.targets) != 1:
+                continue
+            target = module.qualify(step.targets[0])
             expr = step.assignment.expr
-            if isinstance(expr, BinOp) and len(step.targets) == 1:
-                found[module.qualify(step.targets[0])] = tuple(
-                    _written(side) for side in (expr.left, expr.right))
+            if isinstance(expr, BinOp):
+                found[target] = _operands(expr)
+            nested = [item for item in _subexpressions(expr)
+                      if isinstance(item, BinOp) and item is not expr]
+            kinds = Counter(item.op for item in nested)
+            for item in nested:
+                if kinds[item.op] == 1 and item.op in OPERATORS:
+                    found[f"{target}:{OPERATORS[item.op]}"] = _operands(item)
     return found
+
+
+def _operands(expr: BinOp) -> tuple[str | None, ...]:
+    return tuple(_written(side) for side in (expr.left, expr.right))
+
+
+def _subexpressions(expr: object) -> Iterator[object]:
+    """`expr` and every expression inside it."""
+    yield expr
+    if is_dataclass(expr):
+        for item in fields(expr):
+            value = getattr(expr, item.name)
+            for child in value if isinstance(value, tuple) else (value,):
+                if is_dataclass(child):
+                    yield from _subexpressions(child)
 
 
 def _written(expr: object) -> str | None:
@@ -124,13 +160,15 @@ def _line(view: GraphView, values: RunValues, node: str,
     edges = view.nodes[node].next
     below = [view.resolve(edge) for edge in edges]
     inputs = [names.name(position) for position in below]
-    written = next((operands[item] for item in view.names.get((node, 0), []) if item in operands),
-                   ())
+    known = [*view.names.get((node, 0), []), names.name((node, 0))]
+    written = next((operands[item] for item in known if item in operands), ())
     shown = list(inputs)
     for index, item in enumerate(inputs):
-        replacement = written[index] if index < len(written) else None
-        if item == "None" and replacement is not None:
-            shown[index] = replacement
+        if item == "None":
+            # No edge: a number or a tensor without grad. Named as written where the spec
+            # says, else said what it is (never `None`, which reads as a missing value).
+            replacement = written[index] if index < len(written) else None
+            shown[index] = replacement or NO_GRAD_OPERAND
     formulas, has_rule = local_derivatives(name, [_operand(item, naming) for item in shown],
                                            _operand(output, naming))
     terms = []
@@ -142,7 +180,7 @@ def _line(view: GraphView, values: RunValues, node: str,
         changer = changed_by(index)
         result = None if share is None or changer is not None else check(seen, share)
         terms.append(Term(wrt, formula, tensor_value(share), result, modified_by=changer,
-                          at=names.place(below[index])))
+                          at=names.place(below[index]), edge=index))
     return DerivationLine(name, output, tensor_value(upstream), tuple(terms), has_rule,
                           (rank, number))
 

@@ -53,14 +53,28 @@ class Site:
 
 
 @dataclass(frozen=True)
+class Source:
+    """Where in the graph the value itself flows, before views are looked through: in call
+    `run`, the gradient of the tensor at `place`, along `edges` only (each (consumer rank,
+    input number); None: all of it), or (`grad`) a leaf's `.grad`. What pins the argument to
+    its chain-rule step (capture/pins.py); never used by the check."""
+
+    run: int
+    place: Ranked
+    edges: tuple[Ranked, ...] | None = None
+    grad: bool = False
+
+
+@dataclass(frozen=True)
 class Label:
     """A claim and the call it is about. `place` is where the labeller found the tensor it
     names (rank, output number): not used by the check, which finds it by name; tests use it
-    to prove that names and tensors match one to one."""
+    to prove that names and tensors match one to one. `source`: see Source."""
 
     meaning: Meaning | None
     site: Site | None
     place: Ranked | None = None
+    source: Source | None = None
 
 
 NO_LABEL = Label(None, None)
@@ -207,7 +221,8 @@ class _Labeller:
                  rf"{earlier.index})}}")
         meaning = Meaning(earlier.of, wrt, _aliases(names, wrt), "as-is", text, latex,
                           kind="stale", stale_from=earlier.index)
-        return Label(meaning, Site(run.index), (self.view.rank[position[0]], position[1]))
+        place = (self.view.rank[position[0]], position[1])
+        return Label(meaning, Site(run.index), place, Source(earlier.index, place))
 
     def full_call(self, event: Event) -> tuple[ModuleCall | None, str | None, str | None]:
         """The call a full hook event belongs to, its input wrapper and its output wrapper."""
@@ -296,8 +311,10 @@ class _Labeller:
             latex = rf"\sum_{{{len(runs)}\ \mathrm{{calls}}}} {meaning.latex}"
         else:
             text, latex = f"{self.naming.short(leaf)}.grad = {meaning.text}", meaning.latex
+        source = None if label.source is None else replace(label.source, grad=True)
         return Label(replace(meaning, text=text, latex=latex,
-                             runs=runs if len(runs) > 1 else ()), label.site, label.place)
+                             runs=runs if len(runs) > 1 else ()), label.site, label.place,
+                     source)
 
     def wrapper_zeros(self, run: Run, node: str, rank: int) -> Label:
         """A full hook's input wrapper passes zeros for an input that does not require grad."""
@@ -407,7 +424,14 @@ class _Labeller:
             # Views lead to no named tensor: the tensor is named by its own op, as the chain
             # rule names it, not by another unnamed tensor it is a view of.
             position, edges, transposes, reshaped = start, start_edges, 0, False
-        return self.meaning(run, position, edges, transposes, reshaped, expand)
+        label = self.meaning(run, position, edges, transposes, reshaped, expand)
+        return replace(label, source=self.source(run, start, start_edges))
+
+    def source(self, run: Run, position: Position, edges: frozenset[Edge] | None) -> Source:
+        rank = self.view.rank
+        return Source(run.index, (rank[position[0]], position[1]),
+                      None if edges is None else tuple(sorted(
+                          (rank[node], number) for node, number in edges)))
 
     def meaning(self, run: Run, position: Position, edges: frozenset[Edge] | None,
                 transposes: int, reshaped: bool, expand: str | None) -> Label:
@@ -485,4 +509,4 @@ def _aliases(names: list[str], canonical: str) -> tuple[str, ...]:
     return tuple(sorted({name for name in names if name != canonical}))
 
 
-__all__ = ["EventLabels", "Label", "Site", "label_pass"]
+__all__ = ["EventLabels", "Label", "Site", "Source", "label_pass"]

@@ -23,6 +23,7 @@ from gradexplain.capture.inplace import Probe, probe_inplace
 from gradexplain.capture.label import label_pass
 from gradexplain.capture.lessons import lessons_for
 from gradexplain.capture.passes import checked_pass, graph_change, run_steps
+from gradexplain.capture.pins import pin_pass
 from gradexplain.capture.replay import Replay, ReplayMismatch
 from gradexplain.capture.trace import trace
 from gradexplain.capture.values import value_limit
@@ -161,6 +162,10 @@ def _label_and_check(spec: ModelSpec, spec_path: str, legacy: PassTrace, full: P
         passes[1] = replace(passes[1], graph_changed=changed)
     progress(STAGES[6])
     chain_rule = derivations(spec, legacy, view, replay, naming)
+    # A full pass whose graph changed has other ranks than the derivation's: left unpinned.
+    passes = [pin_pass(walk_pass, events, chain_rule) if index == 0 or changed is None
+              else walk_pass for index, (walk_pass, (_, events)) in
+              enumerate(zip(passes, labelled, strict=True))]
     runs = run_steps(spec, legacy, view, replay)
     progress(STAGES[7])
     return Walk(

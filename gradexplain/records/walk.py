@@ -77,6 +77,20 @@ class Meaning:
 
 
 @dataclass(frozen=True)
+class Pin:
+    """The chain-rule step a hook argument's value is: in derivation `run` (Derivation.run),
+    line `line`, the term `term` (one edge's share), or with `term` None the gradient that
+    line starts from (its `g`: the whole gradient of the line's output, the seed for the first
+    line). `total` pins the sum of a tensor's shares where no line starts from it (an
+    autograd.grad input): complete after term `term`."""
+
+    run: int
+    line: int
+    term: int | None = None
+    total: bool = False
+
+
+@dataclass(frozen=True)
 class LabelledArg:
     name: str
     value: TensorValue | None
@@ -85,6 +99,9 @@ class LabelledArg:
     # Why a derivative has no check (None when it has one, or is not a derivative): a call
     # torch refused, or a graph the check run could not rebuild. Shown, never a failure.
     not_checked: str | None = None
+    # The chain-rule step this value is (capture/pins.py); None for zeros, forward values and
+    # what no derivation shows (a call torch refused, a full pass whose graph differs).
+    pin: Pin | None = None
 
 
 @dataclass(frozen=True)
@@ -127,6 +144,7 @@ class Term:
     check: Check | None
     modified_by: str | None = None  # the user's hook that changed what the pass saw here
     at: Place | None = None
+    edge: int | None = None  # which edge of the line's node this is (its input number)
 
 
 @dataclass(frozen=True)
@@ -151,6 +169,8 @@ class Derivation:
     of: str
     seed: TensorValue | None
     lines: tuple[DerivationLine, ...]
+    # Later calls that computed the same chain (the same model, output and seed): shown once.
+    repeats: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -312,4 +332,4 @@ def _event_where(event: LabelledEvent, arg: str) -> str:
 
 __all__ = ["Check", "Derivation", "DerivationLine", "Failure", "FinalGrad", "LabelledArg",
            "LabelledEvent", "Layout", "LeafGrad", "Lessons", "Meaning", "ModuleWarning",
-           "PassWalk", "Place", "RunStep", "Term", "Use", "Walk"]
+           "PassWalk", "Pin", "Place", "RunStep", "Term", "Use", "Walk"]
