@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from torch import nn
 
     from gradexplain.records.diff import HookDiff
+    from gradexplain.records.pinned import PinnedView
     from gradexplain.records.walk import Failure, Walk
 
 @dataclass(frozen=True)
@@ -45,17 +46,23 @@ class Explanation:
         """Every check that failed (empty when every label held)."""
         return self.walk.failures()
 
-    def text(self, *, collapse: bool = True) -> RenderableType:
-        """The walk as `gradexplain walk` prints it (repeated blocks collapsed unless told)."""
+    def text(self, *, collapse: bool = True, timeline: bool = False) -> RenderableType:
+        """The walk as `gradexplain walk` prints it (repeated blocks collapsed unless told;
+        the passes' timelines with `timeline`, as `--timeline`)."""
         from gradexplain.render.text_walk import walk_text
 
-        return walk_text(self.walk, collapse=collapse)
+        return walk_text(self.walk, self._view(), collapse=collapse, timeline=timeline)
 
     def markdown(self) -> str:
         """The walk as `gradexplain walk --format markdown` prints it."""
         from gradexplain.render.markdown_walk import walk_markdown
 
-        return walk_markdown(self.walk)
+        return walk_markdown(self.walk, self._view())
+
+    def _view(self) -> PinnedView:
+        from gradexplain.analysis.pinned import session_view
+
+        return session_view(self.session, self.walk, None, ())
 
     def json(self) -> dict[str, Any]:
         """The walk as `gradexplain walk --format json` prints it (schema gradexplain.walk/1)."""

@@ -110,6 +110,7 @@ def walk(
     load: option.LoadOption = None,
     order: option.OrderOption = False,
     all_blocks: option.AllBlocksOption = False,
+    timeline: option.TimelineOption = False,
     input_shapes: option.InputOption = None,
     inputs_file: option.InputsOption = None,
     loss: option.LossOption = None,
@@ -130,6 +131,7 @@ def walk(
     output, or of the part --loss-of selects (--loss-of 0 for nn.LSTM's out).
     """
     from gradexplain.analysis.order import first_firing_orders
+    from gradexplain.analysis.pinned import session_view
     from gradexplain.render.outputs import walk_output
     from gradexplain.render.select import select
 
@@ -143,8 +145,10 @@ def walk(
     modes = pass_.modes
     kinds: list[HookKind] = [item.value for item in hook or []]
     shown = select(session.walk, modes, module, kinds)
+    view = session_view(session, shown, module, kinds)
     orders = first_firing_orders(session.passes(modes)) if order else None
-    _print(walk_output(shown, orders, output_format.value, collapse=not all_blocks))
+    _print(walk_output(shown, view, orders, output_format.value, collapse=not all_blocks,
+                       timeline=timeline))
     _exit_on_failures(session)
     if any(item.out_of_order for item in orders or ()):
         raise typer.Exit(1)

@@ -153,6 +153,12 @@ AllBlocksOption = Annotated[
     typer.Option("--all-blocks", help="Text output: print every repeated block in full "
                  "instead of folding identical ones after the first."),
 ]
+TimelineOption = Annotated[
+    bool,
+    typer.Option("--timeline", help="Text output: also print each pass's timeline, every "
+                 "hook call in firing order with its arguments (autograd Node hooks "
+                 "included), after the answer and the chain rule."),
+]
 OutputOption = Annotated[
     Path | None,
     typer.Option("--output", "-o", help="The markdown file to write (with --all: the "

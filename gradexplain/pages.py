@@ -14,12 +14,16 @@ if TYPE_CHECKING:
 
 
 def report_page(session: Session) -> str:
-    """The markdown report of a session: its diff and firing orders computed, then rendered."""
+    """The markdown report of a session: its diff, pinned view and firing orders computed,
+    then rendered."""
     from gradexplain.analysis.diff import compare
     from gradexplain.analysis.order import first_firing_orders
+    from gradexplain.analysis.pinned import pinned_view
     from gradexplain.render.report import report_markdown
 
-    return report_markdown(session, compare(session), first_firing_orders(session.traces))
+    diff = compare(session)
+    return report_markdown(session, diff, pinned_view(session.walk, diff),
+                           first_firing_orders(session.traces))
 
 
 def spec_files(folder: Path) -> list[Path]:

@@ -51,20 +51,21 @@ def test_console_example_is_real_output() -> None:
 
 
 def assert_excerpt_is_real(pattern: str) -> None:
-    """The README block matching `pattern` (the command's arguments, then the excerpt): every
+    """Each README block matching `pattern` (the command's arguments, then the excerpt): every
     line it shows, between the `...`, is in the real output of that command, its numbers up to
     the last printed digit (the README was written on one CPU; another may round the last bit
     of a gradient differently, and fmt's fifth digit, or a column's padding, with it)."""
-    example = re.search(pattern, README, flags=re.S)
-    assert example is not None
-    command, arguments, excerpt = example.groups()
-    result = run_cli(command, *arguments.split())
-    assert result.code == 0, result.stderr
-    real = result.stdout.splitlines()
-    shown = [line for line in excerpt.splitlines() if line != "..."]
-    assert len(shown) > 4
-    for line in shown:
-        assert any(same_printout(line, candidate) for candidate in real), line
+    examples = list(re.finditer(pattern, README, flags=re.S))
+    assert examples
+    for example in examples:
+        command, arguments, excerpt = example.groups()
+        result = run_cli(command, *arguments.split())
+        assert result.code == 0, result.stderr
+        real = result.stdout.splitlines()
+        shown = [line for line in excerpt.splitlines() if line != "..."]
+        assert len(shown) > 4
+        for line in shown:
+            assert any(same_printout(line, candidate) for candidate in real), line
 
 
 @pytest.mark.parametrize("command", ["walk", "diff"])

@@ -21,6 +21,8 @@ def walk_json(walk: Walk) -> dict[str, Any]:
         "passes": [_pass(walk_pass) for walk_pass in walk.passes],
         # Beyond the contract's keys: every call in order, with .grad around it and errors.
         "runs": [to_data(step) for step in walk.runs],
+        # Beyond the contract: the chain rule each argument's `step` points into.
+        "chain_rule": [to_data(derivation) for derivation in walk.derivations],
         "lessons": to_data(walk.lessons),
     }
 
@@ -82,6 +84,8 @@ def arg_json(arg: LabelledArg) -> dict[str, Any]:
     result["check"] = None if arg.check is None else _check(arg.check)
     if arg.not_checked:
         result["not_checked"] = arg.not_checked
+    if arg.pin is not None:
+        result["step"] = to_data(arg.pin)
     return result
 
 

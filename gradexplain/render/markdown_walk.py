@@ -10,22 +10,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gradexplain.records.names import ACCUMULATE, Naming, canonical_name
+from gradexplain.analysis.pinned import pinned_view
+from gradexplain.records.names import canonical_name
 from gradexplain.records.numbers import fmt, fmt_shape
+from gradexplain.records.pinned import PinnedView
 from gradexplain.records.refusals import refusal_text
 from gradexplain.records.session import Session
 from gradexplain.records.walk import (
     Check,
-    Derivation,
-    DerivationLine,
     Failure,
     LabelledArg,
     LabelledEvent,
     PassWalk,
-    Term,
     Walk,
 )
-from gradexplain.render.latex import formula_latex, tensor_latex
 from gradexplain.render.lessons import lessons_markdown
 from gradexplain.render.markdown import (
     blocks,
@@ -38,6 +36,7 @@ from gradexplain.render.markdown import (
     math,
     table,
 )
+from gradexplain.render.markdown_pinned import answer_markdown, pinned_markdown
 from gradexplain.render.marks import check_cell, value_cell
 from gradexplain.render.user_hooks import user_hook_line, user_mark
 
@@ -45,17 +44,25 @@ PASS_HOOKS = {
     "legacy": "`register_backward_hook` on every module",
     "full": "`register_full_backward_pre_hook` and `register_full_backward_hook` on every module",
 }
+ANSWER_TITLE = "What each module's backward hooks get"
 TIMELINE_HEADERS = ("#", "hook", "target", "node", "argument", "derivative", "value", "check")
 
 
-def walk_markdown(walk: Walk, level: int = 2) -> str:
-    """The whole walk: a header paragraph, then the sections "Chain rule", "Hook timeline: legacy
-    pass", "Hook timeline: full pass" and "Checks" with headings at `level`."""
+def walk_markdown(walk: Walk, view: PinnedView | None = None, level: int = 2) -> str:
+    """The whole walk: a header paragraph, then the sections "What each module's hooks get"
+    (when `view` has the answer), "Chain rule" (every hook argument at its step), the lessons,
+    "Hook timeline: legacy pass", "Hook timeline: full pass" and "Checks", headed at `level`.
+    `view` defaults to the walk's own, without the answer (which needs the session's diff)."""
+    view = view or pinned_view(walk, None)
+    modes = [item.mode for item in walk.passes]
+    answer = answer_markdown(view.answers, modes)
     return blocks(
         _header(walk),
-        lessons_markdown(walk, level),
+        heading(level, ANSWER_TITLE) if answer else "",
+        answer,
         heading(level, "Chain rule"),
-        derivation_markdown(walk, level + 1),
+        pinned_markdown(view.derivations, walk.naming, level + 1),
+        lessons_markdown(walk, level),
         timeline_markdown(walk, level),
         heading(level, "Checks"),
         checks_markdown(walk, level + 1),
@@ -83,68 +90,6 @@ def _alert(kind: str, body: str) -> str:
     """A GitHub alert box (`> [!CAUTION]`); elsewhere it reads as a plain block quote."""
     return "\n".join([f"> [!{kind}]", *(f"> {line}" if line else ">"
                                          for line in body.split("\n"))])
-
-
-# --- chain rule ------------------------------------------------------------------------------
-
-
-def derivation_markdown(walk: Walk, level: int = 3) -> str:
-    """The body of a "Chain rule" section: one sub-section per backward or autograd.grad call,
-    headed at `level`."""
-    intro = ("One item per autograd node, from the output back to every leaf: the gradient "
-             "$g$ arriving at the node, then, for each of its inputs, the node's local rule "
-             "applied to $g$, the value, and whether it matches what the node's own hook saw.")
-    if not walk.derivations:
-        return "No backward or autograd.grad call ran."
-    return blocks(intro, *(_derivation(derivation, level, walk.naming)
-                          for derivation in walk.derivations))
-
-
-def _derivation(derivation: Derivation, level: int, naming: Naming) -> str:
-    call = "backward" if derivation.kind == "backward" else "autograd.grad"
-    title = f"Run {fmt(derivation.run)}: {call} of {code(derivation.of)}"
-    product = math(_partial(derivation.of, "·", naming, True))
-    seed = (f"Seed gradient {math('v')} = {value_cell(derivation.seed)}: every {math('g')} "
-            f"below is the vector-Jacobian product {product}."
-            if derivation.seed is not None else "")
-    seeded = derivation.seed is not None
-    items = [_derivation_line(derivation.of, number, line, seeded, naming)
-             for number, line in enumerate(derivation.lines, start=1)]
-    return blocks(heading(level, title), seed, "\n".join(items))
-
-
-def _derivation_line(of: str, number: int, line: DerivationLine, seeded: bool,
-                     naming: Naming) -> str:
-    upstream = math(rf"g = {_partial(of, line.output, naming, seeded)}")
-    made = "leaf" if line.node == ACCUMULATE else "made"
-    output = math(tensor_latex(line.output, naming))
-    head = (f"{number}. {code(display_node(line.node))} ({made} {output})"
-            f": {upstream} = {value_cell(line.upstream)}")
-    if not line.has_rule:
-        head += " " + italic("(no rule for this node type: the generic vector-Jacobian product, "
-                             "checked all the same)")
-    # Nested items must be indented past `10. `, not just `1. `, to stay inside the item.
-    indent = " " * len(f"{number}. ")
-    terms = [f"{indent}- {_term(of, term, seeded, naming)}" for term in line.terms]
-    return "\n".join([head, *terms])
-
-
-def _term(of: str, term: Term, seeded: bool, naming: Naming) -> str:
-    check = check_cell(term.check)
-    mark = f" {check}" if check else ""
-    formula = formula_latex(term.local)
-    if "+=" in term.local:
-        # AccumulateGrad's rule is a statement, not a derivative: say what it adds.
-        return f"{math(formula)}: adds {value_cell(term.value)}{mark}"
-    derivative = _partial(of, term.wrt, naming, seeded)
-    return f"{math(f'{derivative} = {formula}')} = {value_cell(term.value)}{mark}"
-
-
-def _partial(of: str, wrt: str, naming: Naming, seeded: bool = False) -> str:
-    """∂of/∂wrt in LaTeX; with a seed v, the vector-Jacobian product vᵀ·∂of/∂wrt."""
-    below = r"(\cdot)" if wrt == "·" else tensor_latex(wrt, naming)
-    fraction = rf"\frac{{\partial {tensor_latex(of, naming)}}}{{\partial {below}}}"
-    return rf"v^{{\top}} {fraction}" if seeded else fraction
 
 
 def display_node(name: str) -> str:
@@ -338,6 +283,6 @@ def forward_values_markdown(session: Session, level: int = 3) -> str:
         ["tensor", "other names", "shape", "requires grad", "leaf", "value"], rows))
 
 
-__all__ = ["check_cell", "checks_markdown", "derivation_markdown", "display_node",
+__all__ = ["ANSWER_TITLE", "check_cell", "checks_markdown", "display_node",
            "forward_values_markdown", "pass_markdown", "timeline_markdown", "timeline_table",
            "walk_markdown"]

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
 
     from gradexplain.analysis.order import FiringOrder
     from gradexplain.records.diff import HookDiff
+    from gradexplain.records.pinned import PinnedView
     from gradexplain.records.walk import Walk
 
 OutputFormat = Literal["text", "json", "markdown"]
@@ -23,10 +24,13 @@ def json_text(document: object) -> str:
     return json.dumps(document, ensure_ascii=False, indent=1) + "\n"
 
 
-def walk_output(walk: Walk, orders: Sequence[FiringOrder] | None, output_format: OutputFormat,
-                collapse: bool = True) -> str | RenderableType:
+def walk_output(walk: Walk, view: PinnedView, orders: Sequence[FiringOrder] | None,
+                output_format: OutputFormat, collapse: bool = True,
+                timeline: bool = False) -> str | RenderableType:
     """The walk in `output_format`, with the firing orders when asked for (`orders` not None;
-    JSON then has its `firing_order` key even when no pass made a hook call)."""
+    JSON then has its `firing_order` key even when no pass made a hook call). Text and
+    markdown open with `view` (the answer, the pinned chain rule); text shows the passes'
+    timelines only with `timeline`, markdown always (in folded sections)."""
     if output_format == "json":
         from gradexplain.records.codec import to_data
         from gradexplain.render.json_walk import walk_json
@@ -40,13 +44,14 @@ def walk_output(walk: Walk, orders: Sequence[FiringOrder] | None, output_format:
         from gradexplain.render.markdown_walk import walk_markdown
         from gradexplain.render.order import order_markdown
 
-        return blocks(walk_markdown(walk), *(order_markdown(item, 2) for item in orders or ()))
+        return blocks(walk_markdown(walk, view),
+                      *(order_markdown(item, 2) for item in orders or ()))
     from rich.console import Group
 
     from gradexplain.render.order import order_text
     from gradexplain.render.text_walk import walk_text
 
-    return Group(walk_text(walk, collapse=collapse),
+    return Group(walk_text(walk, view, collapse=collapse, timeline=timeline),
                  *(order_text(item) for item in orders or ()))
 
 

@@ -16,14 +16,16 @@ from dataclasses import dataclass
 from gradexplain.analysis.order import FiringOrder
 from gradexplain.records.diff import HookDiff
 from gradexplain.records.paths import module_title
+from gradexplain.records.pinned import PinnedView
 from gradexplain.records.session import Session
 from gradexplain.records.walk import Walk
 from gradexplain.render.lessons import lessons_sections
 from gradexplain.render.markdown import blocks, bold, bullets, code, escape, heading, table
 from gradexplain.render.markdown_diff import diff_markdown, prose
+from gradexplain.render.markdown_pinned import answer_markdown, pinned_markdown
 from gradexplain.render.markdown_walk import (
+    ANSWER_TITLE,
     checks_markdown,
-    derivation_markdown,
     forward_values_markdown,
     timeline_markdown,
 )
@@ -36,6 +38,7 @@ SPEC_LINES = 80
 # The sections every report has, in order; lesson sections come only where the spec asks.
 SECTIONS = (
     "Summary",
+    ANSWER_TITLE,
     "The model",
     "Forward graph",
     "Forward values",
@@ -48,11 +51,13 @@ SECTIONS = (
 )
 
 
-def report_markdown(session: Session, diff: HookDiff, orders: Sequence[FiringOrder]) -> str:
-    """The whole report page of a session, as markdown: `diff` is `compare(session)`, `orders`
-    the firing orders to show (`first_firing_orders(session.traces)`)."""
+def report_markdown(session: Session, diff: HookDiff, view: PinnedView,
+                    orders: Sequence[FiringOrder]) -> str:
+    """The whole report page of a session, as markdown: `diff` is `compare(session)`, `view`
+    its pinned view, `orders` the firing orders to show (`first_firing_orders(session.traces)`)."""
     walk = session.walk
-    sections = [(title, body) for title, body in _sections(session, diff, orders) if body]
+    sections = [(title, body) for title, body in _sections(session, diff, view, orders)
+                if body]
     parts = [
         heading(1, f"gradexplain report: {escape(walk.name)}"),
         f"> {escape(walk.about)}" if walk.about else "",
@@ -66,7 +71,7 @@ def report_markdown(session: Session, diff: HookDiff, orders: Sequence[FiringOrd
     return blocks(*parts)
 
 
-def _sections(session: Session, diff: HookDiff,
+def _sections(session: Session, diff: HookDiff, view: PinnedView,
               orders: Sequence[FiringOrder]) -> list[tuple[str, str]]:
     """Every section as (title, body); a lesson the spec does not ask for has an empty body."""
     walk = session.walk
@@ -74,6 +79,7 @@ def _sections(session: Session, diff: HookDiff,
         ("Summary", blocks(_summary(walk), bullets(
             [f"{code(module_title(module.module))}: {prose(module.verdict)}"
              for module in diff.modules]))),
+        (ANSWER_TITLE, answer_markdown(view.answers, [item.mode for item in walk.passes])),
         ("The model", _spec_excerpt(session.spec_text, walk.spec,
                                     "text" if walk.whole_names else "yaml")),
         # A Python model's forward is its own code, with no steps to draw: the autograd graph
@@ -87,7 +93,7 @@ def _sections(session: Session, diff: HookDiff,
             "its modules.",
             _diagram(autograd_mermaid(session), "the autograd graph"))),
         *lessons_sections(walk, level=2),
-        ("Chain rule", derivation_markdown(walk, level=3)),
+        ("Chain rule", pinned_markdown(view.derivations, walk.naming, level=3)),
         ("Legacy vs full", diff_markdown(diff, level=2)),
         ("Hook timeline", timeline_markdown(walk, level=3, warnings=False)),
         ("Firing order", _firing_orders(orders)),

@@ -17,9 +17,11 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
+from gradexplain.analysis.pinned import pinned_view
 from gradexplain.records.names import Naming
 from gradexplain.records.numbers import fmt, fmt_value
 from gradexplain.records.paths import module_title
+from gradexplain.records.pinned import PinnedView
 from gradexplain.records.refusals import refusal_text
 from gradexplain.records.trace import TensorValue
 from gradexplain.records.walk import (
@@ -33,6 +35,7 @@ from gradexplain.records.walk import (
 from gradexplain.render.collapse import Folded, Shown, folded_blocks, plan_folds, shape_key
 from gradexplain.render.lessons import lessons_text
 from gradexplain.render.marks import check_mark
+from gradexplain.render.text_pinned import answer_text, pinned_text
 from gradexplain.render.user_hooks import user_hook_line, user_mark
 
 PASS_TITLES = {
@@ -43,16 +46,21 @@ PASS_TITLES = {
 Item = TypeVar("Item")
 
 
-def walk_text(walk: Walk, *, collapse: bool = True) -> RenderableType:
-    """The whole walk as rich renderables: lessons, chain rule, both passes, the verdict.
+def walk_text(walk: Walk, view: PinnedView | None = None, *, collapse: bool = True,
+              timeline: bool = False) -> RenderableType:
+    """The whole walk as rich renderables: the answer (what each module's hooks get), the
+    chain rule with every hook argument at its step, lessons, the passes' timelines (with
+    `timeline`; else only what they note), the verdict.
 
+    `view` defaults to the walk's own, without the answer (which needs the session's diff).
     With `collapse`, runs of repeated blocks (a deep model's) are folded into one note each."""
+    view = view or pinned_view(walk, None)
     parts: list[RenderableType] = [_header(walk)]
+    parts.append(answer_text(view.answers, [item.mode for item in walk.passes]))
+    parts += [pinned_text(derivation) for derivation in view.derivations]
     parts += lessons_text(walk)
-    for derivation in walk.derivations:
-        parts.append(_derivation(derivation, collapse, walk.naming))
     for walk_pass in walk.passes:
-        parts.append(_pass(walk_pass, collapse))
+        parts.append(_pass(walk_pass, collapse) if timeline else _pass_notes(walk_pass))
     parts.append(_verdict(walk))
     return Group(*parts)
 
@@ -102,6 +110,30 @@ def _derivation_line(numerator: str, line: DerivationLine, naming: Naming) -> Re
                       _changed_mark(term.modified_by, "the pass saw it ") or
                       check_mark(term.check))
     return Group(head, table)
+
+
+def _pass_notes(walk_pass: PassWalk) -> RenderableType:
+    """What a pass's timeline says beside its events: the graph it changed, the user's hooks,
+    refusals, torch's warnings. Nothing when there is none of them."""
+    notes: list[RenderableType] = []
+    if walk_pass.graph_changed:
+        notes.append(Text(f"Note: {walk_pass.graph_changed}", style="yellow"))
+    for hook in walk_pass.user_hooks:
+        notes.append(Padding(Text(user_hook_line(hook, walk_pass.mode), style="magenta"),
+                             (0, 0, 0, 2)))
+    for refusal in walk_pass.refusals:
+        notes.append(Padding(Text(refusal_text(refusal), style="yellow"), (0, 0, 0, 2)))
+    if walk_pass.warnings:
+        notes.append(Text("torch warned (shown once per module):", style="bold yellow"))
+        for warning in walk_pass.warnings:
+            where = "the model" if warning.module == "" else warning.module or "the run"
+            times = f" (x{warning.count})" if warning.count > 1 else ""
+            notes.append(Padding(Text(f"{where}, in {warning.phase}: {warning.category}: "
+                                      f"{warning.message}{times}"), (0, 0, 0, 2)))
+    if not notes:
+        return Group()
+    title = Text(PASS_TITLES[walk_pass.mode] + " (its timeline: --timeline)", style="bold")
+    return Group(title, *notes, Text(""))
 
 
 def _pass(walk_pass: PassWalk, collapse: bool) -> RenderableType:

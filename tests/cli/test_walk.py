@@ -23,8 +23,13 @@ def test_cli_text_output_at_100_columns_without_colour() -> None:
     assert all(len(line) <= 100 for line in lines)
     assert all(line == line.rstrip() for line in lines)
     assert "\x1b[" not in result.stdout
-    assert "backward module2 on SigmoidBackward0" in result.stdout
+    assert "SigmoidBackward0  g = ∂z/∂z = [1]" in result.stdout
+    assert "backward module2 on SigmoidBackward0" not in result.stdout
     assert "checks verified against a hook-free run" in lines[-1]
+    timeline = run_cli("walk", str(TWO_MODULES), "--timeline")
+    assert timeline.code == 0, timeline.stderr
+    assert "backward module2 on SigmoidBackward0" in timeline.stdout
+    assert all(len(line) <= 100 for line in timeline.stdout.splitlines())
 
 
 def test_cli_json_filters_and_bad_options(tmp_path: Path) -> None:

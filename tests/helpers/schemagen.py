@@ -24,7 +24,7 @@ from gradexplain.records.diff import FindingKind
 from gradexplain.records.session import SCHEMA as SESSION_SCHEMA
 from gradexplain.records.session import Session
 from gradexplain.records.trace import HookKind, Mode, Phase, RefusalReason, UserHook
-from gradexplain.records.walk import Layout, Lessons, RunStep
+from gradexplain.records.walk import Derivation, Layout, Lessons, RunStep
 from gradexplain.render.json_diff import SCHEMA as DIFF_SCHEMA
 from gradexplain.render.json_walk import SCHEMA as WALK_SCHEMA
 
@@ -206,6 +206,18 @@ def contract_defs() -> dict[str, Schema]:
                 "not_checked": {"type": "string",
                                 "description": "Present only where a derivative has no check: "
                                                "why (a call torch refused)."},
+                "step": {"type": "object",
+                         "description": "Present where the value is one step of the chain "
+                                        "rule: in chain_rule's entry for call `run`, line "
+                                        "`line`, term `term` (null: the gradient g the line "
+                                        "starts from); `total`: the sum of a tensor's shares, "
+                                        "complete after that term.",
+                         "properties": {"run": {"type": "integer", "minimum": 1},
+                                        "line": {"type": "integer", "minimum": 0},
+                                        "term": {"type": ["integer", "null"], "minimum": 0},
+                                        "total": {"type": "boolean"}},
+                         "required": ["run", "line", "term", "total"],
+                         "additionalProperties": False},
             },
             "required": ["name", "shape", "meaning", "check"],
             "anyOf": [{"required": ["value"]}, {"required": ["summary"]}],
@@ -295,6 +307,11 @@ def walk_schema() -> Schema:
                  "description": "Beyond the contract: every backward and autograd.grad call in "
                                 "order, with each leaf's .grad before, added and after, and "
                                 "torch's error explained."},
+        "chain_rule": {"type": "array", "items": derived.of(Derivation),
+                       "description": "Beyond the contract: the chain rule of each distinct "
+                                      "backward or autograd.grad call, node by node from the "
+                                      "output back to the leaves; an argument's `step` points "
+                                      "into it."},
         "lessons": dict(derived.of(Lessons),
                         description="Beyond the contract: the vector-Jacobian-product, "
                                     "intervention and capture lessons the spec asks for."),

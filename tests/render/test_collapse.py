@@ -177,8 +177,8 @@ def head(event: LabelledEvent) -> str:
 
 def test_a_deep_model_folds_into_a_much_shorter_text() -> None:
     walk = deep_walk()
-    full = plain_text(walk_text(walk, collapse=False))
-    folded = plain_text(walk_text(walk))
+    full = plain_text(walk_text(walk, collapse=False, timeline=True))
+    folded = plain_text(walk_text(walk, timeline=True))
     assert len(folded.splitlines()) < len(full.splitlines()) / 2
     notes = fold_notes(folded)
     # The chain rule, and each pass's forward and backward timelines.
@@ -198,7 +198,7 @@ def test_a_deep_model_folds_into_a_much_shorter_text() -> None:
 
 def test_collapse_false_prints_every_event_and_line() -> None:
     walk = deep_walk()
-    full = plain_text(walk_text(walk, collapse=False))
+    full = plain_text(walk_text(walk, collapse=False, timeline=True))
     assert not fold_notes(full)
     printed = event_heads(full)
     for walk_pass in walk.passes:
@@ -209,7 +209,7 @@ def test_collapse_false_prints_every_event_and_line() -> None:
 
 def test_folding_shows_the_first_and_last_repeat_of_each_run() -> None:
     walk = deep_walk()
-    printed = event_heads(plain_text(walk_text(walk)))
+    printed = event_heads(plain_text(walk_text(walk, timeline=True)))
     forward = [event for event in walk.passes[0].events if event.phase == "forward"]
     for block in (0, BLOCKS - 1):
         assert {head(event) for event in forward if _in_block(event, block)} <= printed
@@ -224,7 +224,7 @@ def test_a_failed_check_in_a_middle_block_is_printed_in_full() -> None:
     middle = blocks // 2
     broken = _fail_one_check(walk, "full", f"{middle}.linear", "full_backward")
     full_pass = next(item for item in broken.passes if item.mode == "full")
-    text = plain_text(walk_text(broken))
+    text = plain_text(walk_text(broken, timeline=True))
     assert "✗ FAILED (error 0.5)" in text
     assert f"1 of {len(walk.checks())} checks FAILED" in text
     # Every backward event of the block with the failure is printed, not folded.
@@ -235,14 +235,16 @@ def test_a_failed_check_in_a_middle_block_is_printed_in_full() -> None:
     # The repeats before and after the failure still fold, each in a run of its own.
     full_backward = text[text.index("full pass:"):]
     assert len([note for note in fold_notes(full_backward) if "checks ✓" in note]) == 2
-    assert len(text.splitlines()) < len(plain_text(walk_text(broken, collapse=False))
+    assert len(text.splitlines()) < len(plain_text(walk_text(broken, collapse=False,
+                                                             timeline=True))
                                          .splitlines()) / 2
 
 
 @pytest.mark.parametrize("spec", sorted(path.name for path in SPECS.glob("*.yaml")))
 def test_small_specs_fold_nothing(spec: str) -> None:
     walk = captured(spec).walk
-    assert plain_text(walk_text(walk)) == plain_text(walk_text(walk, collapse=False))
+    assert plain_text(walk_text(walk, timeline=True)) == plain_text(
+        walk_text(walk, collapse=False, timeline=True))
 
 
 def _in_block(event: LabelledEvent, block: int) -> bool:

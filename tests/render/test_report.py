@@ -10,6 +10,7 @@ import pytest
 
 from gradexplain.analysis.diff import compare
 from gradexplain.analysis.order import first_firing_orders
+from gradexplain.analysis.pinned import pinned_view
 from gradexplain.api import Explanation
 from gradexplain.render.console import plain_text
 from gradexplain.render.report import SECTIONS, anchor, report_markdown
@@ -76,7 +77,8 @@ def test_the_report_shows_the_analyses_it_is_given() -> None:
     modules = {call.module for call in legacy.calls}
     kept = sorted(name for name in modules if name.split(".")[0] == "module2")
     orders = first_firing_orders([legacy])
-    text = report_markdown(session, select_diff(compare(session), "module2"), orders)
+    diff = select_diff(compare(session), "module2")
+    text = report_markdown(session, diff, pinned_view(session.walk, diff), orders)
     diff_section = text.split("\n## Legacy vs full\n")[1].split("\n## ")[0]
     assert sorted(re.findall(r"^### `([^`]*)`$", diff_section, re.M)) == kept
     order_section = text.split("\n## Firing order\n")[1].split("\n## ")[0]

@@ -38,7 +38,7 @@ def test_select_keeps_what_the_filters_ask(two_modules: Walk) -> None:
 def test_json_has_the_contract_keys(two_modules: Walk) -> None:
     data = walk_json(two_modules)
     # The contract's keys first, then what walk adds beyond them.
-    assert list(data) == ["schema", "torch", "spec", "passes", "runs", "lessons"]
+    assert list(data) == ["schema", "torch", "spec", "passes", "runs", "chain_rule", "lessons"]
     assert data["schema"] == "gradexplain.walk/1"
     for walk_pass in data["passes"]:
         # then beyond the contract: the modules torch refuses full hooks on (none here)

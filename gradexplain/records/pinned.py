@@ -1,0 +1,111 @@
+"""The pinned view: the answer a reader came for, made of records the walk already holds.
+
+- `Answer`: per module call, what its legacy and its full backward hook get, as derivatives,
+  and whether they are the same;
+- `PinnedDerivation`: the chain rule, every step with the hook arguments whose value is that
+  step (records.walk.Pin), in the order autograd computes them.
+
+Frozen and torch-free; `analysis/pinned.py` makes them, `render/` shows them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gradexplain.records.check import Check
+from gradexplain.records.trace import HookKind, Mode, TensorValue
+from gradexplain.records.walk import Derivation, Use
+
+
+@dataclass(frozen=True)
+class HookRef:
+    """One hook argument pinned to a step, as a reader names it (`module2.grad_input[0]`,
+    `tensor hook on t`). `note` says how its value differs from the step's, where it does
+    (your hook changed it; a `.grad` summed over calls; a stale grad_output)."""
+
+    mode: Mode
+    hook: HookKind
+    text: str
+    check: Check | None
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class Pinned:
+    """The hook arguments of one step: of the legacy pass, of the full pass, and those both
+    passes have alike (tensor and leaf hooks), each once."""
+
+    legacy: tuple[HookRef, ...] = ()
+    full: tuple[HookRef, ...] = ()
+    both: tuple[HookRef, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.legacy or self.full or self.both)
+
+
+@dataclass(frozen=True)
+class PinnedTerm:
+    """One share: `derivative` is what the term computes (`∂z/∂t`; `∂z/∂x (only the part via
+    y)` when x has other uses in this call), of the tensor `wrt`; `local` the rule applied to
+    g."""
+
+    derivative: str
+    wrt: str
+    via: Use | None  # the use this share is of, when the tensor has others in this call
+    local: str
+    value: TensorValue | None
+    check: Check | None
+    modified_by: str | None
+    pinned: Pinned
+    # The tensor's whole gradient, where no line starts from it (an autograd.grad input):
+    # complete after this, its last share (`total_of` its name, with the arguments of it).
+    total_of: str | None = None
+    total_pinned: Pinned = Pinned()
+
+
+@dataclass(frozen=True)
+class PinnedLine:
+    """One autograd node: the gradient it starts from (`g`, with the arguments that are it)
+    and its shares. `shares` > 1: g is the sum of that many shares computed above."""
+
+    node: str
+    output: str
+    gradient: str
+    upstream: TensorValue | None
+    has_rule: bool
+    shares: int
+    pinned: Pinned
+    terms: tuple[PinnedTerm, ...]
+
+
+@dataclass(frozen=True)
+class PinnedDerivation:
+    derivation: Derivation
+    lines: tuple[PinnedLine, ...]
+    hidden: int = 0  # lines a --module or --hook filter left out (no argument shown is there)
+    unpinned: tuple[HookRef, ...] = ()  # arguments no step shows, with why in `note`
+
+
+@dataclass(frozen=True)
+class AnswerRow:
+    """One module call: legacy and full grad_input and grad_output as derivatives (`None`
+    where the hook has no such argument or did not fire), `same_*` whether they agree."""
+
+    module: str
+    call: str  # "" or "call 2, run 1" where the module or the run is not the only one
+    legacy_input: tuple[str, ...] | None
+    full_input: tuple[str, ...] | None
+    legacy_output: tuple[str, ...] | None
+    full_output: tuple[str, ...] | None
+    same_input: bool
+    same_output: bool
+
+
+@dataclass(frozen=True)
+class PinnedView:
+    answers: tuple[AnswerRow, ...]
+    derivations: tuple[PinnedDerivation, ...]
+
+
+__all__ = ["AnswerRow", "HookRef", "Pinned", "PinnedDerivation", "PinnedLine", "PinnedTerm",
+           "PinnedView"]

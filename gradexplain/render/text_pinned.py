@@ -1,0 +1,214 @@
+"""The pinned view as text, laid out for 100 columns: the answer table (what each module's legacy
+and full backward hooks get), then the chain rule with every hook argument at its step.
+
+Lines are laid out here, not by rich (`Text(..., no_wrap=True)`), so that a list wraps between
+its items with a hanging indent and a check mark stays on its value's line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rich.console import Group, RenderableType
+from rich.text import Text
+
+from gradexplain.records.check import Check
+from gradexplain.records.numbers import fmt_value
+from gradexplain.records.pinned import (
+    AnswerRow,
+    HookRef,
+    Pinned,
+    PinnedDerivation,
+    PinnedLine,
+    PinnedTerm,
+)
+from gradexplain.records.trace import Mode
+from gradexplain.render.marks import check_mark
+
+WIDTH = 100
+ANSWER_TITLE = "what each module's backward hooks get, legacy against full"
+DERIVATION_NOTE = "g: what a step starts from; →: each share it hands on; ←: the hooks that get it"
+
+
+def answer_text(rows: Sequence[AnswerRow], modes: Sequence[Mode]) -> RenderableType:
+    """One row per module call and argument: legacy, full and whether they agree. Columns are
+    one width for the whole table; a long list wraps between its items, inside its column."""
+    if not rows:
+        return Group()
+    names = [row.module + (f" ({row.call})" if row.call else "") for row in rows]
+    first = min(max(len(name) for name in names), 28) + 2
+    cell = (WIDTH - first - len("grad_output  ") - 3) // len(modes)
+    heads = {"legacy": "legacy", "full": "full"}
+    header = f"{'module':<{first}}{'argument':<13}" + "   ".join(
+        f"{heads[mode]:<{cell}}" for mode in modes)
+    lines: list[Text] = [Text(ANSWER_TITLE, style="bold underline"),
+                         Text(header.rstrip(), style="dim")]
+    for name, row in zip(names, rows, strict=True):
+        if len(name) > first - 2:
+            lines.append(Text(name, style="cyan"))
+            name = ""
+        for argument, legacy, full, same in (
+                ("grad_input", row.legacy_input, row.full_input, row.same_input),
+                ("grad_output", row.legacy_output, row.full_output, row.same_output)):
+            cells = {"legacy": _wrapped(legacy, cell), "full": _wrapped(full, cell)}
+            height = max(len(cells[mode]) for mode in modes)
+            for number in range(height):
+                text = Text(f"{name:<{first}}" if number == 0 else " " * first, style="cyan")
+                text.append(f"{argument:<13}" if number == 0 else " " * 13)
+                for position, mode in enumerate(modes):
+                    part = cells[mode][number] if number < len(cells[mode]) else ""
+                    text.append(f"{part:<{cell}}")
+                    if position == 0 and len(modes) == 2:
+                        mark = ("=" if same else "≠") if number == 0 else " "
+                        text.append(f" {mark} ", style="green" if same else "yellow")
+                lines.append(_trimmed(text))
+                name = ""
+    lines.append(Text(""))
+    return Group(*lines)
+
+
+def _wrapped(items: tuple[str, ...] | None, width: int) -> list[str]:
+    """Items joined by ", ", wrapped between them to `width` (an item longer than that gets a
+    line of its own)."""
+    if items is None:
+        return ["(does not fire)"]
+    return _fill([f"{item}," for item in items[:-1]] + list(items[-1:]), width)
+
+
+def _fill(words: Sequence[str], width: int, indent: str = "") -> list[str]:
+    """Words on lines of at most `width` characters, breaking only between words."""
+    lines: list[str] = []
+    current = ""
+    for word in words:
+        candidate = f"{current} {word}" if current else word
+        if current and len(candidate) > width:
+            lines.append(current)
+            current = indent + word
+        else:
+            current = candidate
+    return lines + [current] if current else lines
+
+
+def _trimmed(text: Text) -> Text:
+    text.rstrip()
+    return text
+
+
+def pinned_text(pinned: PinnedDerivation) -> RenderableType:
+    """One call's chain rule, each step with the hook arguments pinned to it."""
+    derivation = pinned.derivation
+    call = "backward" if derivation.kind == "backward" else "autograd.grad"
+    title = f"chain rule of run {derivation.run}: {call} of {derivation.of}"
+    if derivation.repeats:
+        title += f" (runs {', '.join(map(str, derivation.repeats))} compute the same)"
+    lines: list[Text] = [Text(title, style="bold underline"),
+                         Text(DERIVATION_NOTE, style="dim")]
+    if derivation.seed is not None:
+        lines.append(Text(f"seed gradient v = {fmt_value(derivation.seed)}: every g below is "
+                          f"vᵀ·∂{derivation.of}/∂(·), a vector-Jacobian product", style="dim"))
+    for line in pinned.lines:
+        lines += _line(line)
+    if pinned.hidden:
+        lines.append(Text(f"  ({pinned.hidden} steps with none of the shown hook arguments "
+                          "left out)", style="dim"))
+    if pinned.unpinned:
+        lines.append(Text("not a step of this chain rule:", style="bold"))
+        lines += _lines(_fill([f"{ref.text}," for ref in pinned.unpinned], WIDTH - 4),
+                        "    ", "dim")
+    lines.append(Text(""))
+    return Group(*lines)
+
+
+def _line(line: PinnedLine) -> list[Text]:
+    head = Text.assemble((line.node.removeprefix("torch::autograd::"), "cyan"),
+                         f"  g = {line.gradient} = ")
+    _value(head, fmt_value(line.upstream), None, "    ")
+    found = _split(head)
+    if line.shares > 1:
+        found.append(Text(f"    (g adds up the {line.shares} shares of "
+                          f"{line.gradient.split('/∂', 1)[-1]} above)", style="dim"))
+    if not line.has_rule:
+        found.append(Text("    (no rule for this node type: a generic vector-Jacobian product)",
+                          style="dim"))
+    found = _with_pins(found, line.pinned, "    ")
+    for term in line.terms:
+        found += _term(term)
+    return found
+
+
+def _term(term: PinnedTerm) -> list[Text]:
+    # A leaf's step reads `p.grad += g`: its derivative is already the formula's left side.
+    said = (term.local if term.local.startswith(term.derivative)
+            else f"{term.derivative} = {term.local}")
+    text = Text(f"  → {said} = ")
+    if term.modified_by is not None:
+        mark = Text(f"the pass saw it changed by your hook {term.modified_by}: not checked",
+                    style="magenta")
+    else:
+        mark = check_mark(term.check)
+    _value(text, fmt_value(term.value), mark, "      ")
+    found = _with_pins(_split(text), term.pinned, "      ")
+    if term.total_of is not None:
+        total = [Text(f"    = {term.total_of} in all: the sum of its shares above",
+                      style="dim")]
+        found += _with_pins(total, term.total_pinned, "      ")
+    return found
+
+
+def _with_pins(lines: list[Text], pinned: Pinned, indent: str) -> list[Text]:
+    """`lines` and the arguments pinned to them: after the last line when they fit there,
+    else on lines of their own below it."""
+    below = _pins(pinned, indent)
+    if len(below) == 1 and len(lines[-1].plain) + len(below[0].plain) - len(indent) + 2 <= WIDTH:
+        lines[-1].append("  ")
+        lines[-1].append_text(Text(below[0].plain[len(indent):], style=below[0].style))
+        return lines
+    return lines + below
+
+
+def _value(text: Text, value: str, mark: Text | None, indent: str) -> None:
+    """`value` (and its mark) after `text`, or on the next line when it does not fit there."""
+    width = len(value) + (len(mark.plain) + 1 if mark is not None else 0)
+    if len(text.plain.splitlines()[-1]) + width > WIDTH:
+        text.append("\n" + indent)
+    text.append(value)
+    if mark is not None:
+        text.append(" ")
+        text.append_text(mark)
+
+
+def _split(text: Text) -> list[Text]:
+    return [_trimmed(part) for part in text.split("\n")]
+
+
+def _pins(pinned: Pinned, indent: str) -> list[Text]:
+    """`← legacy: a, b; full: c; tensor hook on t`, wrapped between arguments."""
+    if not pinned:
+        return []
+    words: list[str] = []
+    for side, refs in (("legacy: ", pinned.legacy), ("full: ", pinned.full), ("", pinned.both)):
+        if not refs:
+            continue
+        texts = [_ref(ref) for ref in refs]
+        texts = [f"{item}," for item in texts[:-1]] + [f"{texts[-1]};"]
+        words += [side + texts[0], *texts[1:]]
+    words[-1] = words[-1].removesuffix(";")
+    filled = _fill(words, WIDTH - len(indent) - 2, "  ")
+    return _lines([("← " if number == 0 else "  ") + line for number, line in enumerate(filled)],
+                  indent, "green")
+
+
+def _ref(ref: HookRef) -> str:
+    text = ref.text + (f" ({ref.note})" if ref.note else "")
+    return text + ("" if _verified(ref.check) else " ✗ FAILED")
+
+
+def _verified(check: Check | None) -> bool:
+    return check is None or check.verified
+
+
+def _lines(lines: Sequence[str], indent: str, style: str) -> list[Text]:
+    return [Text(indent + line, style=style) for line in lines]
+
+
+__all__ = ["answer_text", "pinned_text"]
