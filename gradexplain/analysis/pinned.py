@@ -53,7 +53,11 @@ def pinned_view(walk: Walk, diff: HookDiff | None, *, node_hooks: bool = False,
     refs = _Refs(walk, node_hooks)
     derivations = tuple(_derivation(derivation, refs, walk.naming, filtered)
                         for derivation in walk.derivations)
-    return PinnedView(answers(diff) if diff is not None else (), derivations)
+    shown = {run for derivation in walk.derivations
+             for run in (derivation.run, *derivation.repeats)}
+    elsewhere = tuple(ref for run, found in sorted(refs.unpinned.items()) if run not in shown
+                      for ref in found)
+    return PinnedView(answers(diff) if diff is not None else (), derivations, elsewhere)
 
 
 def session_view(session: Session, shown: Walk, module: str | None,
@@ -130,13 +134,13 @@ class _Refs:
                 else f"stale: left by call {meaning.stale_from}" if meaning.kind == "stale"
                 else None)
         if arg.pin is None:
-            if meaning.kind != "zero":
-                why = ("the full hooks changed the graph" if walk_pass.graph_changed
-                       else "torch refused this call" if self._refused(event.run)
-                       else "no one step computes it")
-                self.unpinned[event.run].append(HookRef(walk_pass.mode, event.hook,
-                                                        f"{text} ({meaning.text}: {why})",
-                                                        arg.check))
+            # Zeros (where no gradient flows) and what no step shows: listed with why.
+            why = ("" if meaning.kind == "zero"
+                   else ": its pass's graph differs" if walk_pass.graph_changed
+                   else ": torch refused this call" if self._refused(event.run)
+                   else ": a sum of some shares")
+            self.unpinned[event.run].append(HookRef(walk_pass.mode, event.hook, text,
+                                                    arg.check, f"{meaning.text}{why}"))
             return
         side = "both" if event.hook in SHARED_HOOKS else walk_pass.mode
         found = self.by_pin.setdefault(arg.pin, {"legacy": [], "full": [], "both": []})

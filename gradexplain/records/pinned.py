@@ -83,7 +83,9 @@ class PinnedDerivation:
     derivation: Derivation
     lines: tuple[PinnedLine, ...]
     hidden: int = 0  # lines a --module or --hook filter left out (no argument shown is there)
-    unpinned: tuple[HookRef, ...] = ()  # arguments no step shows, with why in `note`
+    # Arguments of its calls no step shows, each with its label (and why) in `note`: zeros
+    # where no gradient flows, and what is no single step.
+    unpinned: tuple[HookRef, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -105,6 +107,8 @@ class AnswerRow:
 class PinnedView:
     answers: tuple[AnswerRow, ...]
     derivations: tuple[PinnedDerivation, ...]
+    # Arguments of calls no chain rule shows (torch refused them), with their labels.
+    elsewhere: tuple[HookRef, ...] = ()
 
 
 __all__ = ["AnswerRow", "HookRef", "Pinned", "PinnedDerivation", "PinnedLine", "PinnedTerm",

@@ -21,7 +21,16 @@ from gradexplain.records.pinned import (
 from gradexplain.records.trace import Mode
 from gradexplain.records.walk import Use
 from gradexplain.render.latex import formula_latex, tensor_latex
-from gradexplain.render.markdown import blocks, code, escape, heading, italic, math, table
+from gradexplain.render.markdown import (
+    blocks,
+    bullets,
+    code,
+    escape,
+    heading,
+    italic,
+    math,
+    table,
+)
 from gradexplain.render.marks import check_cell, value_cell
 
 ANSWER_INTRO = ("What each module's backward hooks are handed, as derivatives: legacy "
@@ -64,6 +73,11 @@ def pinned_markdown(derivations: Sequence[PinnedDerivation], naming: Naming, lev
     return blocks(CHAIN_INTRO, *(_derivation(item, naming, level) for item in derivations))
 
 
+def elsewhere_markdown(refs: Sequence[HookRef]) -> str:
+    """The arguments of calls no chain rule shows (torch refused them)."""
+    return unpinned_markdown("In no chain rule (calls torch refused):", refs)
+
+
 def _derivation(pinned: PinnedDerivation, naming: Naming, level: int) -> str:
     derivation = pinned.derivation
     call = "backward" if derivation.kind == "backward" else "autograd.grad"
@@ -77,10 +91,16 @@ def _derivation(pinned: PinnedDerivation, naming: Naming, level: int) -> str:
     items = [_line(number, line, partial) for number, line in enumerate(pinned.lines, start=1)]
     hidden = (italic(f"{fmt(pinned.hidden)} steps with none of the shown hook arguments "
                      "left out.") if pinned.hidden else "")
-    unpinned = ("Not a step of this chain rule: " + "; ".join(_ref(ref)
-                                                              for ref in pinned.unpinned)
-                if pinned.unpinned else "")
+    unpinned = unpinned_markdown("No step of this chain rule (zeros where no gradient flows):",
+                                 pinned.unpinned)
     return blocks(heading(level, title), repeats, seed, "\n".join(items), hidden, unpinned)
+
+
+def unpinned_markdown(title: str, refs: Sequence[HookRef]) -> str:
+    """`title`, then a bullet per argument with its label."""
+    if not refs:
+        return ""
+    return blocks(title, bullets([f"{ref.mode}: {_ref(ref)}" for ref in refs]))
 
 
 @dataclass(frozen=True)
@@ -150,4 +170,4 @@ def _ref(ref: HookRef) -> str:
     return text + ("" if verified else " **✗ FAILED**")
 
 
-__all__ = ["answer_markdown", "pinned_markdown"]
+__all__ = ["answer_markdown", "elsewhere_markdown", "pinned_markdown"]

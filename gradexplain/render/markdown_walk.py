@@ -36,7 +36,11 @@ from gradexplain.render.markdown import (
     math,
     table,
 )
-from gradexplain.render.markdown_pinned import answer_markdown, pinned_markdown
+from gradexplain.render.markdown_pinned import (
+    answer_markdown,
+    elsewhere_markdown,
+    pinned_markdown,
+)
 from gradexplain.render.marks import check_cell, value_cell
 from gradexplain.render.user_hooks import user_hook_line, user_mark
 
@@ -62,6 +66,7 @@ def walk_markdown(walk: Walk, view: PinnedView | None = None, level: int = 2) ->
         answer,
         heading(level, "Chain rule"),
         pinned_markdown(view.derivations, walk.naming, level + 1),
+        elsewhere_markdown(view.elsewhere),
         lessons_markdown(walk, level),
         timeline_markdown(walk, level),
         heading(level, "Checks"),

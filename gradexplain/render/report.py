@@ -22,7 +22,11 @@ from gradexplain.records.walk import Walk
 from gradexplain.render.lessons import lessons_sections
 from gradexplain.render.markdown import blocks, bold, bullets, code, escape, heading, table
 from gradexplain.render.markdown_diff import diff_markdown, prose
-from gradexplain.render.markdown_pinned import answer_markdown, pinned_markdown
+from gradexplain.render.markdown_pinned import (
+    answer_markdown,
+    elsewhere_markdown,
+    pinned_markdown,
+)
 from gradexplain.render.markdown_walk import (
     ANSWER_TITLE,
     checks_markdown,
@@ -93,7 +97,8 @@ def _sections(session: Session, diff: HookDiff, view: PinnedView,
             "its modules.",
             _diagram(autograd_mermaid(session), "the autograd graph"))),
         *lessons_sections(walk, level=2),
-        ("Chain rule", pinned_markdown(view.derivations, walk.naming, level=3)),
+        ("Chain rule", blocks(pinned_markdown(view.derivations, walk.naming, level=3),
+                              elsewhere_markdown(view.elsewhere))),
         ("Legacy vs full", diff_markdown(diff, level=2)),
         ("Hook timeline", timeline_markdown(walk, level=3, warnings=False)),
         ("Firing order", _firing_orders(orders)),

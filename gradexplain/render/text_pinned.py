@@ -111,12 +111,21 @@ def pinned_text(pinned: PinnedDerivation) -> RenderableType:
     if pinned.hidden:
         lines.append(Text(f"  ({pinned.hidden} steps with none of the shown hook arguments "
                           "left out)", style="dim"))
-    if pinned.unpinned:
-        lines.append(Text("not a step of this chain rule:", style="bold"))
-        lines += _lines(_fill([f"{ref.text}," for ref in pinned.unpinned], WIDTH - 4),
-                        "    ", "dim")
+    lines += unpinned_lines("no step of this chain rule (zeros where no gradient flows):",
+                            pinned.unpinned)
     lines.append(Text(""))
     return Group(*lines)
+
+
+def unpinned_lines(title: str, refs: Sequence[HookRef]) -> list[Text]:
+    """`title`, then each argument with its label, wrapped under it."""
+    if not refs:
+        return []
+    found = [Text(title, style="bold")]
+    for ref in refs:
+        words = f"{ref.mode}: {_ref(ref)}".split(" ")
+        found += _lines(_fill(words, WIDTH - 4, "  "), "  ", "dim")
+    return found
 
 
 def _line(line: PinnedLine) -> list[Text]:
@@ -211,4 +220,4 @@ def _lines(lines: Sequence[str], indent: str, style: str) -> list[Text]:
     return [Text(indent + line, style=style) for line in lines]
 
 
-__all__ = ["answer_text", "pinned_text"]
+__all__ = ["answer_text", "pinned_text", "unpinned_lines"]

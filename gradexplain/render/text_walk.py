@@ -35,7 +35,7 @@ from gradexplain.records.walk import (
 from gradexplain.render.collapse import Folded, Shown, folded_blocks, plan_folds, shape_key
 from gradexplain.render.lessons import lessons_text
 from gradexplain.render.marks import check_mark
-from gradexplain.render.text_pinned import answer_text, pinned_text
+from gradexplain.render.text_pinned import answer_text, pinned_text, unpinned_lines
 from gradexplain.render.user_hooks import user_hook_line, user_mark
 
 PASS_TITLES = {
@@ -58,6 +58,9 @@ def walk_text(walk: Walk, view: PinnedView | None = None, *, collapse: bool = Tr
     parts: list[RenderableType] = [_header(walk)]
     parts.append(answer_text(view.answers, [item.mode for item in walk.passes]))
     parts += [pinned_text(derivation) for derivation in view.derivations]
+    if view.elsewhere:
+        parts.append(Group(*unpinned_lines("in no chain rule (calls torch refused):",
+                                           view.elsewhere), Text("")))
     parts += lessons_text(walk)
     for walk_pass in walk.passes:
         parts.append(_pass(walk_pass, collapse) if timeline else _pass_notes(walk_pass))
