@@ -5,9 +5,10 @@ Nothing here runs a model or prints.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from enum import Enum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, TypeVar
 
 import typer
 
@@ -21,6 +22,24 @@ TracebackOption = Annotated[
 SpecFilesArgument = Annotated[
     list[Path], typer.Argument(help="One or more spec files (YAML).", show_default=False)
 ]
+
+
+Choice = TypeVar("Choice", bound=Enum)
+
+
+def choice_of(choices: type[Choice]) -> Callable[[object], Choice]:
+    """A parser for an option with a fixed set of values. typer (0.2x) checks such values
+    through pydantic, whose message for a bad one begins "Value error, "; this one says only
+    the bad value and the choices (click names the option before it)."""
+
+    def parse(value: object) -> Choice:
+        for choice in choices:
+            if value is choice or value == choice.value:
+                return choice
+        names = ", ".join(str(choice.value) for choice in choices)
+        raise typer.BadParameter(f"{value!r} is not one of {names}")
+
+    return parse
 
 
 class Format(str, Enum):
@@ -86,7 +105,7 @@ LossOption = Annotated[
     LossChoice | None,
     typer.Option("--loss", help="Python models: the scalar backpropagated, the sum (the "
                  "default) or the mean of the model's output (or of the part --loss-of "
-                 "selects).", show_default=False),
+                 "selects).", show_default=False, parser=choice_of(LossChoice)),
 ]
 LossOfOption = Annotated[
     str | None,
@@ -122,7 +141,7 @@ LoadOption = Annotated[
 ]
 FormatOption = Annotated[
     Format, typer.Option("--format", "-f", help="text for people, json for programs, markdown "
-                         "for a GitHub page.")
+                         "for a GitHub page.", parser=choice_of(Format))
 ]
 ModuleOption = Annotated[
     str | None,
@@ -130,12 +149,13 @@ ModuleOption = Annotated[
                  "submodules included).", show_default=False),
 ]
 PassOption = Annotated[
-    PassChoice, typer.Option("--pass", help="Show the legacy pass, the full pass, or both.")
+    PassChoice, typer.Option("--pass", help="Show the legacy pass, the full pass, or both.",
+                             parser=choice_of(PassChoice))
 ]
 HookOption = Annotated[
     list[HookChoice] | None,
     typer.Option("--hook", help="Only this kind of hook (repeat for several).",
-                 show_default=False),
+                 show_default=False, parser=choice_of(HookChoice)),
 ]
 SaveOption = Annotated[
     Path | None,

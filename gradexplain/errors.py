@@ -121,6 +121,16 @@ class SpecSyntaxError(SpecError):
     kind = "YAML error"
 
 
+class SpecFileError(SpecError):
+    """A spec file that cannot be read at all: missing, a folder, not readable. The message
+    says which, after the file's name; it is no YAML error, since no YAML was read."""
+
+    kind = "cannot read the spec"
+
+    def one_line(self) -> str:
+        return f"{self.where.file}: {self.message}" if self.where else self.message
+
+
 class SpecSchemaError(SpecError):
     """A key that does not belong, a missing key, or a value of the wrong type."""
 

@@ -12,7 +12,8 @@ from pathlib import Path
 from gradexplain.language.check import check_spec
 from gradexplain.language.model import ModelSpec
 from gradexplain.language.schema import read_spec
-from gradexplain.language.yamlio import parse_document, read_document, read_text
+from gradexplain.language.specfile import read_document, read_text
+from gradexplain.language.yamlio import parse_document
 
 
 def load_spec(path: Path | str, display_name: str | None = None) -> ModelSpec:

@@ -37,6 +37,7 @@ from gradexplain.language.expr import (
 )
 from gradexplain.language.goals import check_goals
 from gradexplain.language.model import LayerSpec, ModelSpec, ModuleSpec, Step, TensorInfo
+from gradexplain.language.qualified import refuse_dotted_names
 from gradexplain.language.schema import MAX_ELEMENTS, MAX_TOTAL_ELEMENTS
 from gradexplain.language.scope import (
     Entry,
@@ -120,6 +121,7 @@ class _Checker:
             if isinstance(entry.value, LayerSpec):
                 self.record_layer_weights(module, entry.value)
         for index, step in enumerate(module.steps):
+            refuse_dotted_names(module, scope, index)
             check_step_names(module, scope, index)
             value = self.infer(step.assignment.expr, scope, step)
             self.assign(module, scope, step, value)

@@ -4,7 +4,9 @@ Python's `ast` does the parsing; we walk its tree against an explicit whitelist 
 allowed into our own node types, so no later stage ever sees a Python AST and nothing is ever
 evaluated, compiled or imported. Allowed: names, numbers, `+ - * / @ **`, unary minus, calls to a
 name (a function from the catalogue, a layer, a module) with positional and keyword arguments,
-indexing and slicing, and `.T`. Everything else is refused with the column it starts at.
+indexing and slicing, and `.T`. Everything else is refused with the column it starts at, except
+dotted names (`m.h`, `x.exp()`): those the checker refuses, because the right advice depends on
+what `m` or `x` is in the step's scope (see qualified.py).
 """
 
 from __future__ import annotations
@@ -41,6 +43,9 @@ _BINARY_OPS: dict[type[ast.operator], str] = {
 
 @dataclass(frozen=True)
 class Name:
+    """A name read by a step. A dotted `id` (`m.h`, `x.exp`) is kept only so the checker, which
+    knows what `m` and `x` are, can refuse it with the right advice: no later stage sees one."""
+
     id: str
     column: int
 
@@ -256,25 +261,44 @@ class _Parser:
                     "internals",
                     self._at(node),
                 )
-            raise SpecSafetyError(
-                f"attribute access '.{node.attr}' is not in the step language (only `.T`); "
-                f"call the function instead, e.g. `{node.attr}(x)`",
-                self._at(node),
-            )
+            dotted = self._dotted(node)
+            if dotted is not None:
+                return Name(dotted, column)
+            raise self._refuse(node)
         if isinstance(node, ast.Call):
             return self._call(node, depth)
         if isinstance(node, ast.Subscript):
             return Index(self.expr(node.value, depth + 1), self._index(node.slice), column)
         raise self._refuse(node)
 
+    def _dotted(self, node: ast.Attribute) -> str | None:
+        """`m.h` or `m.l.weight` as one dotted name, for the checker to refuse with advice that
+        depends on what `m` is (a module, a layer, a tensor); None for anything else (`f(x).h`,
+        `x.T.h`), which the parser refuses itself."""
+        parts: list[str] = []
+        item: ast.expr = node
+        while isinstance(item, ast.Attribute) and item.attr != "T":
+            check_identifier(item.attr, self._at(item))
+            parts.append(item.attr)
+            item = item.value
+        if not isinstance(item, ast.Name):
+            return None
+        check_identifier(item.id, self._at(item))
+        return ".".join([item.id, *reversed(parts)])
+
     def _call(self, node: ast.Call, depth: int) -> Call:
-        if not isinstance(node.func, ast.Name):
-            if isinstance(node.func, ast.Attribute):
-                raise self._refuse(node.func)
+        func = node.func
+        if isinstance(func, ast.Name):
+            check_identifier(func.id, self._at(func))
+            called = func.id
+        elif isinstance(func, ast.Attribute) and (dotted := self._dotted(func)) is not None:
+            called = dotted  # `m.l(x)`, `x.exp()`: the checker refuses it with advice
+        elif isinstance(func, ast.Attribute):
+            raise self._refuse(func)
+        else:
             raise SpecSchemaError(
                 "only a name can be called: a function, a layer or a module", self._at(node)
             )
-        check_identifier(node.func.id, self._at(node.func))
         args: list[Expr] = []
         for arg in node.args:
             if isinstance(arg, ast.Starred):
@@ -286,7 +310,7 @@ class _Parser:
                 raise SpecSchemaError("`**kwargs` is not in the step language", self._at(kw))
             check_identifier(kw.arg, self._at(kw), "keyword")
             kwargs.append((kw.arg, self.expr(kw.value, depth + 1)))
-        return Call(node.func.id, tuple(args), tuple(kwargs), node.col_offset)
+        return Call(called, tuple(args), tuple(kwargs), node.col_offset)
 
     def _index(self, node: ast.expr) -> tuple[IndexItem, ...]:
         items = node.elts if isinstance(node, ast.Tuple) else [node]
@@ -340,8 +364,8 @@ class _Parser:
         where = self._at(node)
         if isinstance(node, ast.Attribute):
             return SpecSafetyError(
-                f"attribute access '.{node.attr}' is not in the step language (only `.T`); "
-                "call a function from the catalogue by its bare name instead",
+                f"attribute access '.{node.attr}' is not in the step language (only `.T`): "
+                "functions take the tensor as an argument (`sum(x)`, not `x.sum()`)",
                 where,
             )
         if isinstance(node, ast.Lambda | ast.NamedExpr | ast.Await | ast.Yield | ast.YieldFrom):

@@ -1,4 +1,4 @@
-"""Reading a spec file as YAML, safely, into plain data plus the place every value came from.
+"""Parsing a spec's text as YAML, safely, into plain data plus the place every value came from.
 
 We walk PyYAML's composed node tree ourselves instead of calling a constructor on it. That gives us:
 only the standard scalar, sequence and mapping tags (a `!!python/...` tag is refused before anything
@@ -13,9 +13,9 @@ and libyaml since PyYAML 6.0.4 refuses 1,000 levels in its own words. The user g
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
 import yaml
 
@@ -28,7 +28,6 @@ from gradexplain.errors import (
     quoted,
 )
 
-MAX_FILE_BYTES = 1_000_000
 MAX_DEPTH = 64
 MAX_NODES = 200_000
 
@@ -88,37 +87,6 @@ class Document:
         return 1 if place is not None and place.quoted else 0
 
 
-def read_document(path: Path, display_name: str | None = None) -> Document:
-    """Read and parse `path`. Every failure is a SpecError naming the file and the place."""
-    name = display_name or str(path)
-    return parse_document(read_text(path, name), name)
-
-
-def read_text(path: Path, name: str) -> str:
-    """A spec file's text, read once within the size bound; a SpecError if it cannot be."""
-    try:
-        size = path.stat().st_size
-    except OSError as exc:
-        raise _unreadable(exc, name) from None
-    if size > MAX_FILE_BYTES:
-        raise SpecLimitError(
-            f"the file is {size:,} bytes; a spec may be at most {MAX_FILE_BYTES:,} bytes "
-            "(write large tensors as randn, rand, zeros or ones instead of literals)",
-            Location(name),
-        )
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise _unreadable(exc, name) from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise SpecSyntaxError(
-            f"the file is not UTF-8 text (byte {exc.start} cannot be decoded)", Location(name)
-        ) from None
-    return text
-
-
 def parse_document(text: str, file: str) -> Document:
     """Parse YAML text into a Document (see the module docstring for what is refused)."""
     _refuse_deep_nesting(text, file)
@@ -132,7 +100,7 @@ def parse_document(text: str, file: str) -> Document:
     except yaml.reader.ReaderError as exc:
         raise _bad_character(exc, text, file) from None
     except yaml.MarkedYAMLError as exc:
-        raise _syntax_error(exc, file) from None
+        raise _syntax_error(exc, text, file) from None
     except yaml.YAMLError as exc:
         raise SpecSyntaxError(str(exc).splitlines()[0], Location(file)) from None
     except RecursionError:
@@ -232,10 +200,6 @@ def _next_path(open_collections: list[tuple[KeyPath, list[int | str | None], boo
     return (*parent, key)
 
 
-def _unreadable(exc: OSError, file: str) -> SpecSyntaxError:
-    return SpecSyntaxError(f"cannot read the file: {exc.strerror or exc}", Location(file))
-
-
 def _bad_character(exc: yaml.reader.ReaderError, text: str, file: str) -> SpecSyntaxError:
     """A control character YAML does not allow (a NUL, a UTF-16 file read as UTF-8...)."""
     before = text[: exc.position]
@@ -248,11 +212,43 @@ def _bad_character(exc: yaml.reader.ReaderError, text: str, file: str) -> SpecSy
     )
 
 
-def _syntax_error(exc: yaml.MarkedYAMLError, file: str) -> SpecSyntaxError:
+def _syntax_error(exc: yaml.MarkedYAMLError, text: str, file: str) -> SpecSyntaxError:
     mark = exc.problem_mark or exc.context_mark
-    where = Location(file) if mark is None else Location(file, mark.line + 1, mark.column + 1)
+    if mark is None:
+        where = Location(file)
+    else:
+        tab = _tab_error(text, mark.line, mark.column, file)
+        if tab is not None:
+            return tab
+        where = Location(file, mark.line + 1, mark.column + 1)
     parts = [part for part in (exc.context, exc.problem) if part]
     return SpecSyntaxError("; ".join(parts) or "not valid YAML", where)
+
+
+# The line breaks YAML counts lines by, so a 0-based mark line finds its line in the text.
+_LINE_BREAKS = re.compile("\r\n|[\r\n\x85\u2028\u2029]")
+
+
+def _tab_error(text: str, line: int, column: int, file: str) -> SpecSyntaxError | None:
+    """The error for a tab where YAML allows none, when that is what the parser tripped on: a
+    tab in the indentation of the error's line, or the character the error points at. YAML's
+    own words ("found character that cannot start any token") do not say it is the tab."""
+    lines = _LINE_BREAKS.split(text)
+    if line >= len(lines):
+        return None
+    row = lines[line]
+    indent = row[: len(row) - len(row.lstrip(" \t"))]
+    if "\t" in indent[: column + 1]:
+        return SpecSyntaxError(
+            f"line {line + 1} uses a tab for indentation; YAML needs spaces",
+            Location(file, line + 1, indent.index("\t") + 1),
+        )
+    if row[column : column + 1] == "\t":
+        return SpecSyntaxError(
+            f"line {line + 1} has a tab at column {column + 1} where YAML needs a space",
+            Location(file, line + 1, column + 1),
+        )
+    return None
 
 
 class _Walker:

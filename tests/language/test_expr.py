@@ -67,8 +67,11 @@ def test_names_used_in_reading_order() -> None:
         ("y = x.__class__", 4, "'__class__' is refused"),
         ("y = __import__('os')", 4, "'__import__' is refused"),
         ("y = _secret", 4, "'_secret' is refused"),
-        ("y = x.exp()", 4, "attribute access '.exp'"),
-        ("y = torch.exp(x)", 4, "attribute access '.exp'"),
+        # What is neither a name nor a dotted name the parser refuses itself; dotted names
+        # (`x.exp()`, `m.h`) the checker refuses, knowing what `x` and `m` are (test_qualified).
+        ("y = (x * 2).exp()", 4, "attribute access '.exp'"),
+        ("y = f(x).h", 4, "attribute access '.h'"),
+        ("y = x.T.sum()", 4, "attribute access '.sum'"),
     ],
 )
 def test_refused_as_unsafe(text: str, column: int, says: str) -> None:
@@ -114,3 +117,20 @@ def test_deep_expressions_are_bounded() -> None:
     text = "y = " + " + ".join(["x"] * 40)
     with pytest.raises(SpecLimitError, match="nests more than"):
         parse_step(text, HERE)
+
+
+@pytest.mark.parametrize(("text", "dotted", "column"), [
+    ("y = m.h + x", "m.h", 4),
+    ("y = x * m.l.weight", "m.l.weight", 8),
+    ("y = m.h.T", "m.h", 4),
+    ("y = x.exp()", "x.exp", 4),
+    ("y = torch.exp(x)", "torch.exp", 4),
+])
+def test_dotted_names_are_kept_for_the_checker(text: str, dotted: str, column: int) -> None:
+    used = names_used(parse_step(text, HERE).expr)
+    assert Name(dotted, column) in used
+
+
+def test_dotted_names_refuse_private_parts_at_once() -> None:
+    with pytest.raises(SpecSafetyError, match="'__dict__' is refused"):
+        parse_step("y = m.h.__dict__", HERE)
