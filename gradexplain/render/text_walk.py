@@ -33,7 +33,9 @@ from gradexplain.records.walk import (
 from gradexplain.render.collapse import Folded, Shown, folded_blocks, plan_folds, shape_key
 from gradexplain.render.lessons import lessons_text
 from gradexplain.render.marks import check_mark
+from gradexplain.render.text_columns import Columns, Row, Rows
 from gradexplain.render.user_hooks import user_hook_line, user_mark
+from gradexplain.render.warned import warnings_text
 
 PASS_TITLES = {
     "legacy": "legacy pass: register_backward_hook on every module",
@@ -113,25 +115,23 @@ def _pass(walk_pass: PassWalk, collapse: bool) -> RenderableType:
                              (0, 0, 0, 2)))
     for refusal in walk_pass.refusals:
         parts.append(Padding(Text(refusal_text(refusal), style="yellow"), (0, 0, 0, 2)))
-    parts += _folding_repeats(walk_pass.events, _event, _event_outline, "events", collapse)
+    # One set of columns for the whole pass, so they do not shift from event to event.
+    columns = Columns.of(row for event in walk_pass.events for row in _arg_rows(event))
+    parts += _folding_repeats(walk_pass.events, lambda event: _event(event, columns),
+                              _event_outline, "events", collapse)
     if walk_pass.grads:
-        grads = Table.grid(padding=(0, 1))
-        for grad in walk_pass.grads:
-            grads.add_row(f"{grad.name}.grad =", fmt_value(grad.value),
-                          _changed_mark(grad.modified_by) or check_mark(grad.check))
-        parts += [Text("final .grad of every leaf", style="bold"), Padding(grads, (0, 0, 0, 2))]
+        rows = tuple(Row(f"{grad.name}.grad =", "", grad.value,
+                         _changed_mark(grad.modified_by) or check_mark(grad.check))
+                     for grad in walk_pass.grads)
+        parts += [Text("final .grad of every leaf", style="bold"),
+                  Padding(Rows(rows, Columns.of(rows)), (0, 0, 0, 2))]
     if walk_pass.warnings:
-        parts.append(Text("torch warned (shown once per module):", style="bold yellow"))
-        for warning in walk_pass.warnings:
-            where = "the model" if warning.module == "" else warning.module or "the run"
-            times = f" (x{warning.count})" if warning.count > 1 else ""
-            parts.append(Padding(Text(f"{where}, in {warning.phase}: {warning.category}: "
-                                      f"{warning.message}{times}"), (0, 0, 0, 2)))
+        parts += warnings_text(walk_pass.warnings)
     parts.append(Text(""))
     return Group(*parts)
 
 
-def _event(event: LabelledEvent) -> RenderableType:
+def _event(event: LabelledEvent, columns: Columns) -> RenderableType:
     """`12 backward module2 on SigmoidBackward0`, then one row per argument."""
     head = Text.assemble((f"{event.seq:>3} ", "dim"), (event.hook, "bold"), " ",
                          (module_title(event.target), "cyan"))
@@ -139,27 +139,29 @@ def _event(event: LabelledEvent) -> RenderableType:
         head.append(f" on {display_node(event.node)}")
     if event.user is not None:
         head.append(f"  {user_mark(event.user)}", style="bold magenta")
-    rows = Table.grid(padding=(0, 2))
-    rows.add_column(no_wrap=True)
-    rows.add_column(max_width=40)
-    rows.add_column(max_width=40)
-    rows.add_column(no_wrap=True)
+    parts: list[RenderableType] = [head]
+    if event.why:
+        parts.append(Padding(Text(event.why, style="dim italic"), (0, 0, 0, 6)))
+    rows = _arg_rows(event)
+    if rows:
+        parts.append(Padding(Rows(rows, columns), (0, 0, 0, 6)))
+    return Group(*parts)
+
+
+def _arg_rows(event: LabelledEvent) -> tuple[Row, ...]:
+    """An event's arguments, then what the user's hook returned, as timeline rows."""
+    rows: list[Row] = []
     for arg in event.args:
         meaning = arg.meaning.text if arg.meaning is not None else (
             "(forward value)" if event.phase == "forward" else "")
         mark = check_mark(arg.check, arg.not_checked)
         if arg.meaning is not None and arg.meaning.modified_by is not None:
             mark = Text("not checked", style="magenta")
-        rows.add_row(arg.name, meaning, fmt_value(arg.value), mark)
+        rows.append(Row(arg.name, meaning, arg.value, mark))
     for arg in event.returned or ():
         note = "what your hook returned" + (" (changed)" if event.changed else " (the same)")
-        rows.add_row(f"→ {arg.name}", Text(note, style="magenta"), fmt_value(arg.value), "")
-    parts: list[RenderableType] = [head]
-    if event.why:
-        parts.append(Padding(Text(event.why, style="dim italic"), (0, 0, 0, 6)))
-    if event.args:
-        parts.append(Padding(rows, (0, 0, 0, 6)))
-    return Group(*parts)
+        rows.append(Row(f"→ {arg.name}", note, arg.value, Text(""), meaning_style="magenta"))
+    return tuple(rows)
 
 
 @dataclass(frozen=True)
