@@ -30,7 +30,14 @@ from gradexplain.records.walk import (
     PassWalk,
     Walk,
 )
-from gradexplain.render.collapse import Folded, Shown, folded_blocks, plan_folds, shape_key
+from gradexplain.render.collapse import (
+    Folded,
+    FoldedBlocks,
+    Shown,
+    folded_blocks,
+    plan_folds,
+    shape_key,
+)
 from gradexplain.render.lessons import lessons_text
 from gradexplain.render.marks import check_mark
 from gradexplain.render.text_columns import Columns, Row, Rows
@@ -194,19 +201,36 @@ def _folding_repeats(items: Sequence[Item], render: Callable[[Item], RenderableT
     return parts
 
 
-def _fold_note(fold: Folded, blocks: range | None, what: str, checks: int) -> Text:
-    """`⋯ 46 more repeats (all of blocks 3–46): 1610 events, all 2254 checks ✓; …`: one line.
+def _fold_note(fold: Folded, blocks: FoldedBlocks | None, what: str, checks: int) -> Text:
+    """`⋯ blocks 3–47 and parts of 2, 48 folded: 230 lines, all 322 checks ✓; …`: one line.
 
     A repeat need not start where a block does (backward interleaves neighbouring blocks), so
-    the note counts repeats and names only the blocks it holds all of."""
-    where = ""
-    if blocks is not None:
-        where = (f" (all of block {blocks.start})" if len(blocks) == 1
-                 else f" (all of blocks {blocks.start}–{blocks[-1]})")
+    the note names the blocks it hides whole and those it hides in part; without blocks to
+    name, it counts the repeats."""
+    if blocks is None:
+        hidden = f"{fold.repeats} more repeats"
+    else:
+        whole = blocks.whole
+        hidden = (f"block {whole.start}" if len(whole) == 1
+                  else f"blocks {whole.start}–{whole[-1]}")
+        if blocks.parts:
+            hidden += " and parts of " + _ranges(blocks.parts)
+        hidden += " folded"
     # Failed checks are never folded (plan_folds), so whatever is folded verified.
     checked = f"all {checks} checks ✓" if checks else "no checks"
-    return Text(f"  ⋯ {fold.repeats} more repeats{where}: {fold.stop - fold.start} {what}, "
-                f"{checked}; --all-blocks shows them", style="dim")
+    return Text(f"  ⋯ {hidden}: {fold.stop - fold.start} {what}, {checked}; "
+                "--all-blocks shows them", style="dim")
+
+
+def _ranges(numbers: Sequence[int]) -> str:
+    """Sorted numbers with consecutive runs joined: `2–4, 8–10, 48`."""
+    runs: list[list[int]] = []
+    for number in numbers:
+        if runs and number == runs[-1][-1] + 1:
+            runs[-1].append(number)
+        else:
+            runs.append([number])
+    return ", ".join(str(run[0]) if len(run) == 1 else f"{run[0]}–{run[-1]}" for run in runs)
 
 
 def _event_outline(event: LabelledEvent) -> _Outline:
