@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from rich.console import Console, ConsoleOptions, RenderResult
 from rich.text import Text
 
+from gradexplain.records.numbers import fmt_value
 from gradexplain.records.trace import TensorValue
 from gradexplain.render.fit import GAP, row_lines, value_lines, word_lines
 
@@ -41,13 +42,15 @@ class Row:
 
 @dataclass(frozen=True)
 class Columns:
-    """The natural widths of a pass's columns: the widest name, meaning and short mark, and the
-    longest word of a meaning (the meaning column is never narrower)."""
+    """The natural widths of a pass's columns: the widest name, meaning and short mark, the
+    longest word of a meaning (the meaning column is never narrower) and the widest value on
+    one line (the room values do not need goes to the meanings)."""
 
     name: int
     meaning: int
     mark: int
     word: int = 0
+    value: int = 0
 
     @classmethod
     def of(cls, rows: Iterable[Row]) -> Columns:
@@ -56,14 +59,16 @@ class Columns:
         return cls(max((len(row.name) for row in rows), default=0),
                    max((len(row.meaning) for row in rows), default=0),
                    max(marks, default=0),
-                   max((len(word) for row in rows for word in row.meaning.split()), default=0))
+                   max((len(word) for row in rows for word in row.meaning.split()), default=0),
+                   max((len(fmt_value(row.value)) for row in rows), default=0))
 
     def widths(self, width: int) -> tuple[int, int, int]:
         """(name, meaning, value) widths at a print width: the value takes what is left."""
         room = width - self.name - GAP - (GAP + self.mark if self.mark else 0)
         if not self.meaning:
             return self.name, 0, room
-        share = int((room - GAP) * MEANING_SHARE)
+        # The meaning gets its share, or all the room the widest value leaves, if more.
+        share = max(int((room - GAP) * MEANING_SHARE), room - GAP - self.value)
         meaning = min(self.meaning, max(MIN_MEANING, self.word, share))
         return self.name, meaning, room - GAP - meaning
 
