@@ -51,14 +51,21 @@ def fmt_value(value: TensorValue | None, limit: int = TEXT_ELEMENTS) -> str:
     count = math.prod(value.shape)
     if value.value is not None and count <= limit:
         return fmt_nested(value.value)
+    return " ".join(summary_parts(value))
+
+
+def summary_parts(value: TensorValue) -> list[str]:
+    """The summary form fmt_value shows, in the pieces a line may break between: the shape,
+    then `min …`, `max …`, `mean …` and (where recorded) `norm …`."""
+    parts = [fmt_shape(value.shape)]
     if value.summary is not None:
         summary = value.summary
-        return (f"{fmt_shape(value.shape)} min {fmt(summary.min)} max {fmt(summary.max)} "
-                f"mean {fmt(summary.mean)} norm {fmt(summary.norm)}")
+        return parts + [f"min {fmt(summary.min)}", f"max {fmt(summary.max)}",
+                        f"mean {fmt(summary.mean)}", f"norm {fmt(summary.norm)}"]
     flat = _flatten(value.value)
     mean = sum(flat) / len(flat) if flat else 0.0
-    return (f"{fmt_shape(value.shape)} min {fmt(min(flat, default=0.0))} "
-            f"max {fmt(max(flat, default=0.0))} mean {fmt(mean)}")
+    return parts + [f"min {fmt(min(flat, default=0.0))}", f"max {fmt(max(flat, default=0.0))}",
+                    f"mean {fmt(mean)}"]
 
 
 def _flatten(value: Nested | None) -> list[float]:

@@ -136,21 +136,39 @@ def show_all(count: int) -> Plan:
     return Plan((Shown(0, count),) if count else ())
 
 
-def folded_blocks(fold: Folded, texts: Sequence[str]) -> range | None:
-    """The block numbers `fold` hides, as in `blocks 3–46`: the integer path components of its
-    items' `texts` (unmasked) that the repeats shown just above and below it do not mention,
-    when they are consecutive; None when they are not, or there are none."""
-    hidden = _numbers(texts[fold.start:fold.stop])
-    shown = _numbers(texts[fold.start - fold.period:fold.start])
-    shown |= _numbers(texts[fold.stop:fold.stop + fold.period])
-    numbers = sorted(hidden - shown)
-    if not numbers or numbers[-1] - numbers[0] != len(numbers) - 1:
+@dataclass(frozen=True)
+class FoldedBlocks:
+    """The blocks a fold hides: `whole`, those none of whose items is shown beside the fold;
+    `parts`, those with items both hidden and shown (backward interleaves neighbouring blocks, so
+    a run of repeats seldom starts where a block does)."""
+
+    whole: range
+    parts: tuple[int, ...]
+
+
+def block_of(text: str) -> int | None:
+    """The block an item is about: the first integer path component of its text (its subject:
+    the node's output, the hook's target), as in `AddmmBackward0 48.linear:addmm … 47.act`."""
+    found = _PATH_NUMBER.search(text)
+    return None if found is None else int(found.group())
+
+
+def folded_blocks(fold: Folded, texts: Sequence[str]) -> FoldedBlocks | None:
+    """The blocks `fold` hides, from its items' `texts` (unmasked): each item counts for the
+    block it is about (`block_of`). A block is hidden whole when no item of the repeats shown
+    just above and below the fold is about it, in part when one is. None when no block is
+    hidden whole, or the whole ones are not consecutive."""
+    hidden = _blocks(texts[fold.start:fold.stop])
+    shown = _blocks(texts[fold.start - fold.period:fold.start])
+    shown |= _blocks(texts[fold.stop:fold.stop + fold.period])
+    whole = sorted(hidden - shown)
+    if not whole or whole[-1] - whole[0] != len(whole) - 1:
         return None
-    return range(numbers[0], numbers[-1] + 1)
+    return FoldedBlocks(range(whole[0], whole[-1] + 1), tuple(sorted(hidden & shown)))
 
 
-def _numbers(texts: Sequence[str]) -> set[int]:
-    return {number for text in texts for number in path_numbers(text)}
+def _blocks(texts: Sequence[str]) -> set[int]:
+    return {block for text in texts if (block := block_of(text)) is not None}
 
 
 def _shape_ids(shapes: Sequence[Hashable | None]) -> list[int]:

@@ -43,6 +43,7 @@ from gradexplain.render.markdown_pinned import (
 )
 from gradexplain.render.marks import check_cell, value_cell
 from gradexplain.render.user_hooks import user_hook_line, user_mark
+from gradexplain.render.warned import group_warnings, modules_text
 
 PASS_HOOKS = {
     "legacy": "`register_backward_hook` on every module",
@@ -148,12 +149,12 @@ def pass_markdown(walk_pass: PassWalk, level: int = 2, warnings: bool = True) ->
                   "The `.grad` of every leaf after the pass.",
                   table(["leaf", ".grad", "check"], rows)]
     if warnings and walk_pass.warnings:
-        rows = [[_warning_module(warning.module), warning.phase,
-                 code(warning.category), escape(warning.message), fmt(warning.count)]
-                for warning in walk_pass.warnings]
+        rows = [[escape(modules_text(group.modules)), group.phase, code(group.category),
+                 escape(group.message), fmt(group.count)]
+                for group in group_warnings(walk_pass.warnings)]
         parts += [heading(level + 1, f"Torch's warnings: {mode} pass"),
-                  "Each shown once per module and message, with how often it came.",
-                  table(["module", "phase", "category", "message", "count"], rows,
+                  "Each warning once, with the modules it came from and how often it came.",
+                  table(["modules", "phase", "category", "message", "count"], rows,
                         (None, None, None, None, "right"))]
     return blocks(*parts)
 
@@ -195,12 +196,6 @@ def _arg_cells(event: LabelledEvent, arg: LabelledArg) -> list[str]:
 
 def _target(event: LabelledEvent) -> str:
     return code(event.target) if event.target else italic("the model")
-
-
-def _warning_module(module: str | None) -> str:
-    if module is None:
-        return italic("the run")
-    return code(module) if module else italic("the model")
 
 
 # --- checks ----------------------------------------------------------------------------------

@@ -26,6 +26,9 @@ HOOK_CLASS = "legacyhook"
 HOOK_STYLE = "fill:#fff3bf,stroke:#e8590c,stroke-width:3px"
 TORCH_PREFIX = "torch::autograd::"
 BREAK = "<br/>"
+# A forward whose longest chain of steps is longer than this is drawn top-down: left-to-right,
+# GitHub scales a long chain down to the page's width until its labels are a few pixels high.
+LONG_CHAIN = 4
 
 # Mermaid decodes `#name;` / `#code;` inside labels. A user's '#' is encoded too (it could start
 # one), '"' would end the label, '<' '>' would be read as HTML, a backtick would open a markdown
@@ -117,9 +120,12 @@ class _Forward:
 
 
 def forward_mermaid(session: Session) -> str | None:
-    """The spec's forward as a left-to-right flowchart: inputs (stadiums), parameters
-    (cylinders), one box per step and one rounded node per tensor a step makes, each module's
-    steps in a subgraph named by its path. None when it is empty or over MAX_NODES nodes."""
+    """The spec's forward as a flowchart: inputs (stadiums), parameters (cylinders), one box per
+    step and one rounded node per tensor a step makes, each module's steps in a subgraph named
+    by its path, and a built-in layer's call with its parameters in a subgraph of the layer's
+    own (so the layout keeps them together). Left to right, or top-down when the longest chain
+    of steps is over LONG_CHAIN (it would be too wide to read). None when it is empty or over
+    MAX_NODES nodes."""
     if not session.forward:
         return None
     graph = _Forward(session.trace("legacy"))
@@ -154,7 +160,7 @@ def forward_mermaid(session: Session) -> str | None:
             # A non-leaf nobody's step makes (an argument computed inline, `inner(h * b)`) stays
             # a plain tensor: calling it a parameter would be wrong.
             if tensor.path is None:
-                tensor.path = step.module
+                tensor.path = _layer(step, params) if tensor in params else step.module
 
     if len(graph.tensors) + len(session.forward) > MAX_NODES:
         return None
@@ -167,7 +173,9 @@ def forward_mermaid(session: Session) -> str | None:
         tensor.node_id = f"{prefixes[tensor.kind]}{counters[tensor.kind]}"
         counters[tensor.kind] += 1
 
-    members: dict[str, list[str]] = {path: [] for path in ["", *graph.modules]}
+    layers = [path for step, sources, _ in reads
+              if (path := _layer(step, sources)) != step.module]
+    members: dict[str, list[str]] = {path: [] for path in ["", *graph.modules, *layers]}
     inputs_lines: list[str] = []
     for tensor in graph.tensors.values():
         if tensor.kind == "input":
@@ -182,14 +190,15 @@ def forward_mermaid(session: Session) -> str | None:
                 number(tensor)
                 path = tensor.path or ""
                 members[path].append(_forward_tensor_node(tensor, path))
-        members[step.module].append(_step_node(op_id, step, graph.modules))
+        members[_layer(step, sources)].append(_step_node(op_id, step, graph.modules))
         edges += [f"{tensor.node_id} --> {op_id}" for tensor in sources]
         edges += [f"{op_id} --> {tensor.node_id}" for tensor in targets]
 
     # Inputs first and the model's own steps last, the order the data flows in; edges after all
     # definitions, so no edge can pull a node into a subgraph.
-    lines = ["flowchart LR", *("  " + line for line in inputs_lines)]
-    lines += _subgraphs(graph.modules, members)
+    direction = "TD" if _longest_chain(reads) > LONG_CHAIN else "LR"
+    lines = [f"flowchart {direction}", *("  " + line for line in inputs_lines)]
+    lines += _subgraphs([*graph.modules, *layers], members)
     lines += ["  " + line for line in members[""]]
     lines += ["  " + edge for edge in edges]
     return "\n".join(lines)
@@ -210,13 +219,36 @@ def _forward_tensor_node(tensor: _Tensor, path: str) -> str:
 
 def _step_node(op_id: str, step: ForwardStep, modules: list[str]) -> str:
     """A step's box; a call of a module is a subroutine box, since its own steps are drawn
-    again in that module's subgraph."""
-    if step.calls is None:
-        return f'{op_id}["{_label(step.text)}"]'
-    label = _label(step.text, f"calls {step.calls}")
-    if step.calls in modules:
+    again in that module's subgraph. The step's text names what it calls by its local name
+    (`conv1(x)`), and the subgraph around it (or the module's) gives the path: no second line."""
+    label = _label(step.text)
+    if step.calls is not None and step.calls in modules:
         return f'{op_id}[["{label}"]]'
     return f'{op_id}["{label}"]'
+
+
+def _layer(step: ForwardStep, sources: list[_Tensor]) -> str:
+    """The subgraph a step is drawn in: its built-in layer's own when it calls one that has
+    parameters (drawn beside it) and sits in the step's module; else the step's module."""
+    calls = step.calls
+    if calls is None or _parent(calls) != step.module:
+        return step.module
+    if not any(tensor.kind == "param" and tensor.path in (None, calls) for tensor in sources):
+        return step.module
+    return calls
+
+
+def _longest_chain(reads: list[tuple[ForwardStep, list[_Tensor], list[_Tensor]]]) -> int:
+    """How many steps the longest path through the forward passes (steps come in the order
+    they run, so each step's operands are made before it)."""
+    depth: dict[str, int] = {}
+    longest = 0
+    for _, sources, targets in reads:
+        here = 1 + max((depth.get(tensor.key, 0) for tensor in sources), default=0)
+        for tensor in targets:
+            depth[tensor.key] = max(depth.get(tensor.key, 0), here)
+        longest = max(longest, here)
+    return longest
 
 
 def _prefixes(path: str) -> list[str]:
@@ -368,4 +400,4 @@ def _legacy_hooks(session: Session, view: GraphView, trace: PassTrace) -> dict[s
             for node, found in targets.items()}
 
 
-__all__ = ["MAX_NODES", "autograd_mermaid", "escape", "forward_mermaid"]
+__all__ = ["LONG_CHAIN", "MAX_NODES", "autograd_mermaid", "escape", "forward_mermaid"]

@@ -35,6 +35,7 @@ from gradexplain.render.markdown_walk import (
 )
 from gradexplain.render.mermaid import MAX_NODES, autograd_mermaid, forward_mermaid
 from gradexplain.render.order import order_markdown
+from gradexplain.render.warned import group_warnings, modules_text
 
 # Longer specs are shown up to here in the report; the file itself has the rest.
 SPEC_LINES = 80
@@ -152,14 +153,13 @@ def _environment(session: Session) -> str:
     walk = session.walk
     rows = []
     for walk_pass in walk.passes:
-        for warning in walk_pass.warnings:
-            where = "the model" if warning.module == "" else warning.module or "the run"
-            rows.append([walk_pass.mode, escape(where), warning.phase, code(warning.category),
-                         escape(warning.message), str(warning.count)])
+        for group in group_warnings(walk_pass.warnings):
+            rows.append([walk_pass.mode, escape(modules_text(group.modules)), group.phase,
+                         code(group.category), escape(group.message), str(group.count)])
     parts = [f"torch {code(walk.torch)}."]
     if rows:
-        parts += ["torch's warnings, once per module and message:",
-                  table(["pass", "module", "phase", "category", "message", "times"], rows)]
+        parts += ["torch's warnings, each once with the modules it came from:",
+                  table(["pass", "modules", "phase", "category", "message", "times"], rows)]
     else:
         parts.append("torch gave no warnings.")
     return blocks(*parts)

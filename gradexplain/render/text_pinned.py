@@ -22,7 +22,8 @@ from gradexplain.records.pinned import (
     PinnedLine,
     PinnedTerm,
 )
-from gradexplain.records.trace import Mode
+from gradexplain.records.trace import Mode, TensorValue
+from gradexplain.render.fit import pack, value_lines
 from gradexplain.render.marks import check_mark
 
 WIDTH = 100
@@ -76,17 +77,13 @@ def _wrapped(items: tuple[str, ...] | None, width: int) -> list[str]:
 
 
 def _fill(words: Sequence[str], width: int, indent: str = "") -> list[str]:
-    """Words on lines of at most `width` characters, breaking only between words."""
-    lines: list[str] = []
-    current = ""
-    for word in words:
-        candidate = f"{current} {word}" if current else word
-        if current and len(candidate) > width:
-            lines.append(current)
-            current = indent + word
-        else:
-            current = candidate
-    return lines + [current] if current else lines
+    """Words on lines of at most `width` characters, breaking only between words; lines after
+    the first start with `indent` (within the width)."""
+    lines = pack(words, width)
+    if len(lines) > 1:
+        lines = [lines[0], *(indent + line for line in pack(
+            " ".join(lines[1:]).split(" "), width - len(indent)))]
+    return lines
 
 
 def _trimmed(text: Text) -> Text:
@@ -131,7 +128,7 @@ def unpinned_lines(title: str, refs: Sequence[HookRef]) -> list[Text]:
 def _line(line: PinnedLine) -> list[Text]:
     head = Text.assemble((line.node.removeprefix("torch::autograd::"), "cyan"),
                          f"  g = {line.gradient} = ")
-    _value(head, fmt_value(line.upstream), None, "    ")
+    _value(head, line.upstream, None, "    ")
     found = _split(head)
     if line.shares > 1:
         found.append(Text(f"    (g adds up the {line.shares} shares of "
@@ -155,7 +152,7 @@ def _term(term: PinnedTerm) -> list[Text]:
                     style="magenta")
     else:
         mark = check_mark(term.check)
-    _value(text, fmt_value(term.value), mark, "      ")
+    _value(text, term.value, mark, "      ")
     found = _with_pins(_split(text), term.pinned, "      ")
     if term.total_of is not None:
         total = [Text(f"    = {term.total_of} in all: the sum of its shares above",
@@ -175,12 +172,17 @@ def _with_pins(lines: list[Text], pinned: Pinned, indent: str) -> list[Text]:
     return lines + below
 
 
-def _value(text: Text, value: str, mark: Text | None, indent: str) -> None:
-    """`value` (and its mark) after `text`, or on the next line when it does not fit there."""
-    width = len(value) + (len(mark.plain) + 1 if mark is not None else 0)
-    if len(text.plain.splitlines()[-1]) + width > WIDTH:
-        text.append("\n" + indent)
-    text.append(value)
+def _value(text: Text, value: TensorValue | None, mark: Text | None, indent: str) -> None:
+    """`value` (and its mark) after `text` when they fit there, else on lines of their own
+    below it, a matrix one row per line (fit.value_lines), the mark on the value's last line."""
+    one_line = fmt_value(value)
+    width = len(one_line) + (len(mark.plain) + 1 if mark is not None else 0)
+    if len(text.plain.splitlines()[-1]) + width <= WIDTH:
+        text.append(one_line)
+    else:
+        room = WIDTH - len(indent) - (len(mark.plain) + 1 if mark is not None else 0)
+        for line in value_lines(value, room):
+            text.append("\n" + indent + line)
     if mark is not None:
         text.append(" ")
         text.append_text(mark)

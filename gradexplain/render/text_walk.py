@@ -1,49 +1,36 @@
 """`walk --format text`: rich renderables for a person at a terminal (readable at 100 columns).
 
 The renderer returns a renderable; `cli.py` prints it. Colour is the console's business: rich
-drops it when output is piped or NO_COLOR is set. A deep model's blocks repeat: runs of events
-and chain-rule lines that differ only in block numbers and values are folded into one note each
-(`collapse.py` finds them; `--all-blocks` turns it off).
+drops it when output is piped or NO_COLOR is set. The answer and the pinned chain rule are
+text_pinned.py's; a deep model's repeated blocks fold (folding.py; `--all-blocks` turns it off).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass
-from typing import TypeVar
-
 from rich.console import Group, RenderableType
 from rich.padding import Padding
-from rich.table import Table
 from rich.text import Text
 
 from gradexplain.analysis.pinned import pinned_view
-from gradexplain.records.names import Naming
 from gradexplain.records.numbers import fmt, fmt_value
 from gradexplain.records.paths import module_title
 from gradexplain.records.pinned import PinnedView
 from gradexplain.records.refusals import refusal_text
 from gradexplain.records.trace import TensorValue
-from gradexplain.records.walk import (
-    Check,
-    Derivation,
-    DerivationLine,
-    LabelledEvent,
-    PassWalk,
-    Walk,
-)
-from gradexplain.render.collapse import Folded, Shown, folded_blocks, plan_folds, shape_key
+from gradexplain.records.walk import Check, LabelledEvent, PassWalk, Walk
+from gradexplain.render.collapse import shape_key
+from gradexplain.render.folding import Outline, fold_repeats
 from gradexplain.render.lessons import lessons_text
 from gradexplain.render.marks import check_mark
+from gradexplain.render.text_columns import Columns, Row, Rows
 from gradexplain.render.text_pinned import answer_text, pinned_text, unpinned_lines
 from gradexplain.render.user_hooks import user_hook_line, user_mark
+from gradexplain.render.warned import warnings_text
 
 PASS_TITLES = {
     "legacy": "legacy pass: register_backward_hook on every module",
     "full": "full pass: register_full_backward_pre_hook + register_full_backward_hook",
 }
-
-Item = TypeVar("Item")
 
 
 def walk_text(walk: Walk, view: PinnedView | None = None, *, collapse: bool = True,
@@ -80,44 +67,20 @@ def _header(walk: Walk) -> RenderableType:
     return Group(*lines, Text(""))
 
 
-def _derivation(derivation: Derivation, collapse: bool, naming: Naming) -> RenderableType:
-    call = "backward" if derivation.kind == "backward" else "autograd.grad"
-    title = f"chain rule of run {derivation.run}: {call} of {derivation.of}"
-    lines: list[RenderableType] = []
-    if derivation.seed is not None:
-        title += f", seed gradient v = {fmt_value(derivation.seed)}"
-        lines.append(Text(f"every g below is vᵀ·∂{derivation.of}/∂(·): a vector-Jacobian "
-                          "product, v weighing each output element", style="dim italic"))
-    lines.insert(0, Text(title, style="bold underline"))
-    numerator = ("vᵀ·" if derivation.seed is not None else "") + "∂" + derivation.of
-    lines += _folding_repeats(derivation.lines,
-                              lambda line: _derivation_line(numerator, line, naming),
-                              _line_outline, "lines", collapse)
-    lines.append(Text(""))
-    return Group(*lines)
-
-
-def _derivation_line(numerator: str, line: DerivationLine, naming: Naming) -> RenderableType:
-    table = Table.grid(padding=(0, 1))
-    table.add_column(no_wrap=True)
-    table.add_column(max_width=80)
-    table.add_column(no_wrap=True)
-    gradient = f"  g = {numerator}/∂{naming.short(line.output)} = "
-    head = Text.assemble((display_node(line.node), "cyan"), gradient, fmt_value(line.upstream))
-    if not line.has_rule:
-        head.append("  (no rule for this node type: generic vector-Jacobian product)",
-                    style="dim")
-    for term in line.terms:
-        table.add_row(f"  → {naming.short(term.wrt)}:",
-                      Text(f"{term.local} = {fmt_value(term.value)}"),
-                      _changed_mark(term.modified_by, "the pass saw it ") or
-                      check_mark(term.check))
-    return Group(head, table)
-
-
 def _pass_notes(walk_pass: PassWalk) -> RenderableType:
-    """What a pass's timeline says beside its events: the graph it changed, the user's hooks,
-    refusals, torch's warnings. Nothing when there is none of them."""
+    """A pass without its timeline: only what it notes, under its title (nothing when it
+    notes nothing)."""
+    notes = _notes(walk_pass) + (warnings_text(walk_pass.warnings) if walk_pass.warnings
+                                 else [])
+    if not notes:
+        return Group()
+    title = Text(PASS_TITLES[walk_pass.mode] + " (its timeline: --timeline)", style="bold")
+    return Group(title, *notes, Text(""))
+
+
+def _notes(walk_pass: PassWalk) -> list[RenderableType]:
+    """What a pass says before its events: the graph its hooks changed, the user's hooks,
+    the modules torch refuses full hooks on."""
     notes: list[RenderableType] = []
     if walk_pass.graph_changed:
         notes.append(Text(f"Note: {walk_pass.graph_changed}", style="yellow"))
@@ -126,47 +89,29 @@ def _pass_notes(walk_pass: PassWalk) -> RenderableType:
                              (0, 0, 0, 2)))
     for refusal in walk_pass.refusals:
         notes.append(Padding(Text(refusal_text(refusal), style="yellow"), (0, 0, 0, 2)))
-    if walk_pass.warnings:
-        notes.append(Text("torch warned (shown once per module):", style="bold yellow"))
-        for warning in walk_pass.warnings:
-            where = "the model" if warning.module == "" else warning.module or "the run"
-            times = f" (x{warning.count})" if warning.count > 1 else ""
-            notes.append(Padding(Text(f"{where}, in {warning.phase}: {warning.category}: "
-                                      f"{warning.message}{times}"), (0, 0, 0, 2)))
-    if not notes:
-        return Group()
-    title = Text(PASS_TITLES[walk_pass.mode] + " (its timeline: --timeline)", style="bold")
-    return Group(title, *notes, Text(""))
+    return notes
 
 
 def _pass(walk_pass: PassWalk, collapse: bool) -> RenderableType:
-    parts: list[RenderableType] = [Text(PASS_TITLES[walk_pass.mode], style="bold underline")]
-    if walk_pass.graph_changed:
-        parts.append(Text(f"Note: {walk_pass.graph_changed}", style="yellow"))
-    for hook in walk_pass.user_hooks:
-        parts.append(Padding(Text(user_hook_line(hook, walk_pass.mode), style="magenta"),
-                             (0, 0, 0, 2)))
-    for refusal in walk_pass.refusals:
-        parts.append(Padding(Text(refusal_text(refusal), style="yellow"), (0, 0, 0, 2)))
-    parts += _folding_repeats(walk_pass.events, _event, _event_outline, "events", collapse)
+    parts: list[RenderableType] = [Text(PASS_TITLES[walk_pass.mode], style="bold underline"),
+                                   *_notes(walk_pass)]
+    # One set of columns for the whole pass, so they do not shift from event to event.
+    columns = Columns.of(row for event in walk_pass.events for row in _arg_rows(event))
+    parts += fold_repeats(walk_pass.events, lambda event: _event(event, columns),
+                          _event_outline, "events", collapse)
     if walk_pass.grads:
-        grads = Table.grid(padding=(0, 1))
-        for grad in walk_pass.grads:
-            grads.add_row(f"{grad.name}.grad =", fmt_value(grad.value),
-                          _changed_mark(grad.modified_by) or check_mark(grad.check))
-        parts += [Text("final .grad of every leaf", style="bold"), Padding(grads, (0, 0, 0, 2))]
+        rows = tuple(Row(f"{grad.name}.grad =", "", grad.value,
+                         _changed_mark(grad.modified_by) or check_mark(grad.check))
+                     for grad in walk_pass.grads)
+        parts += [Text("final .grad of every leaf", style="bold"),
+                  Padding(Rows(rows, Columns.of(rows)), (0, 0, 0, 2))]
     if walk_pass.warnings:
-        parts.append(Text("torch warned (shown once per module):", style="bold yellow"))
-        for warning in walk_pass.warnings:
-            where = "the model" if warning.module == "" else warning.module or "the run"
-            times = f" (x{warning.count})" if warning.count > 1 else ""
-            parts.append(Padding(Text(f"{where}, in {warning.phase}: {warning.category}: "
-                                      f"{warning.message}{times}"), (0, 0, 0, 2)))
+        parts += warnings_text(walk_pass.warnings)
     parts.append(Text(""))
     return Group(*parts)
 
 
-def _event(event: LabelledEvent) -> RenderableType:
+def _event(event: LabelledEvent, columns: Columns) -> RenderableType:
     """`12 backward module2 on SigmoidBackward0`, then one row per argument."""
     head = Text.assemble((f"{event.seq:>3} ", "dim"), (event.hook, "bold"), " ",
                          (module_title(event.target), "cyan"))
@@ -174,75 +119,32 @@ def _event(event: LabelledEvent) -> RenderableType:
         head.append(f" on {display_node(event.node)}")
     if event.user is not None:
         head.append(f"  {user_mark(event.user)}", style="bold magenta")
-    rows = Table.grid(padding=(0, 2))
-    rows.add_column(no_wrap=True)
-    rows.add_column(max_width=40)
-    rows.add_column(max_width=40)
-    rows.add_column(no_wrap=True)
+    parts: list[RenderableType] = [head]
+    if event.why:
+        parts.append(Padding(Text(event.why, style="dim italic"), (0, 0, 0, 6)))
+    rows = _arg_rows(event)
+    if rows:
+        parts.append(Padding(Rows(rows, columns), (0, 0, 0, 6)))
+    return Group(*parts)
+
+
+def _arg_rows(event: LabelledEvent) -> tuple[Row, ...]:
+    """An event's arguments, then what the user's hook returned, as timeline rows."""
+    rows: list[Row] = []
     for arg in event.args:
         meaning = arg.meaning.text if arg.meaning is not None else (
             "(forward value)" if event.phase == "forward" else "")
         mark = check_mark(arg.check, arg.not_checked)
         if arg.meaning is not None and arg.meaning.modified_by is not None:
             mark = Text("not checked", style="magenta")
-        rows.add_row(arg.name, meaning, fmt_value(arg.value), mark)
+        rows.append(Row(arg.name, meaning, arg.value, mark))
     for arg in event.returned or ():
         note = "what your hook returned" + (" (changed)" if event.changed else " (the same)")
-        rows.add_row(f"→ {arg.name}", Text(note, style="magenta"), fmt_value(arg.value), "")
-    parts: list[RenderableType] = [head]
-    if event.why:
-        parts.append(Padding(Text(event.why, style="dim italic"), (0, 0, 0, 6)))
-    if event.args:
-        parts.append(Padding(rows, (0, 0, 0, 6)))
-    return Group(*parts)
+        rows.append(Row(f"→ {arg.name}", note, arg.value, Text(""), meaning_style="magenta"))
+    return tuple(rows)
 
 
-@dataclass(frozen=True)
-class _Outline:
-    """An event or chain-rule line as the folding sees it: `text`, what it prints bar values
-    and sequence numbers; `shape`, what must match for two items to read alike (None for an
-    item with a failed check: never folded); `checks`, how many checks it shows."""
-
-    text: str
-    shape: Hashable | None
-    checks: int
-
-
-def _folding_repeats(items: Sequence[Item], render: Callable[[Item], RenderableType],
-                     outline: Callable[[Item], _Outline], what: str,
-                     collapse: bool) -> list[RenderableType]:
-    """Each item rendered, except runs of repeated blocks, each folded into one note."""
-    if not collapse:
-        return [render(item) for item in items]
-    outlines = [outline(item) for item in items]
-    plan = plan_folds([item.shape for item in outlines])
-    texts = [item.text for item in outlines]
-    parts: list[RenderableType] = []
-    for step in plan.steps:
-        if isinstance(step, Shown):
-            parts += [render(item) for item in items[step.start:step.stop]]
-        else:
-            checks = sum(item.checks for item in outlines[step.start:step.stop])
-            parts.append(_fold_note(step, folded_blocks(step, texts), what, checks))
-    return parts
-
-
-def _fold_note(fold: Folded, blocks: range | None, what: str, checks: int) -> Text:
-    """`⋯ 46 more repeats (all of blocks 3–46): 1610 events, all 2254 checks ✓; …`: one line.
-
-    A repeat need not start where a block does (backward interleaves neighbouring blocks), so
-    the note counts repeats and names only the blocks it holds all of."""
-    where = ""
-    if blocks is not None:
-        where = (f" (all of block {blocks.start})" if len(blocks) == 1
-                 else f" (all of blocks {blocks.start}–{blocks[-1]})")
-    # Failed checks are never folded (plan_folds), so whatever is folded verified.
-    checked = f"all {checks} checks ✓" if checks else "no checks"
-    return Text(f"  ⋯ {fold.repeats} more repeats{where}: {fold.stop - fold.start} {what}, "
-                f"{checked}; --all-blocks shows them", style="dim")
-
-
-def _event_outline(event: LabelledEvent) -> _Outline:
+def _event_outline(event: LabelledEvent) -> Outline:
     rows = [f"{event.phase} {event.hook} {event.target} {event.node or ''} {event.user or ''}",
             event.why or "", f"{event.returned is not None} {event.changed}"]
     rows += [f"{arg.name} {arg.meaning.text if arg.meaning else ''} {_mark(arg.check)}"
@@ -252,18 +154,7 @@ def _event_outline(event: LabelledEvent) -> _Outline:
     failed = not all(check.verified for check in checks)
     shape = None if failed else (event.run, shape_key(text),
                                  tuple(_size(arg.value) for arg in event.args))
-    return _Outline(text, shape, len(checks))
-
-
-def _line_outline(line: DerivationLine) -> _Outline:
-    rows = [f"{line.node} {line.output} {line.has_rule}"]
-    rows += [f"{term.wrt} {term.local} {_mark(term.check)}" for term in line.terms]
-    text = "\n".join(rows)
-    checks = [term.check for term in line.terms if term.check is not None]
-    failed = not all(check.verified for check in checks)
-    shape = None if failed else (shape_key(text), _size(line.upstream),
-                                 tuple(_size(term.value) for term in line.terms))
-    return _Outline(text, shape, len(checks))
+    return Outline(text, shape, len(checks))
 
 
 def _changed_mark(function: str | None, prefix: str = "") -> Text | None:

@@ -19,6 +19,7 @@ from gradexplain.capture.pymodel import parse_input, python_source, random_input
 from gradexplain.records.walk import Check, LabelledEvent, PassWalk, Walk
 from gradexplain.render.collapse import (
     Folded,
+    FoldedBlocks,
     Plan,
     Shown,
     folded_blocks,
@@ -136,7 +137,7 @@ def test_folded_blocks_names_the_blocks_only_the_fold_holds() -> None:
     texts = ["start"] + [f"{block}.{part}" for block in range(10) for part in ("linear", "act")]
     plan = plan_folds([shape_key(text) for text in texts])
     assert plan.folds == (Folded(3, 19, 2),)
-    assert folded_blocks(plan.folds[0], texts) == range(1, 9)
+    assert folded_blocks(plan.folds[0], texts) == FoldedBlocks(range(1, 9), ())
     # Numbers that are not consecutive name no range.
     gappy = ["start"] + [f"{block}.{part}" for block in range(0, 20, 2)
                          for part in ("linear", "act")]
@@ -184,13 +185,14 @@ def test_a_deep_model_folds_into_a_much_shorter_text() -> None:
     # The chain rule, and each pass's forward and backward timelines.
     assert len(notes) == 1 + 2 * len(walk.passes)
     for note in notes:
-        assert re.fullmatch(r"  ⋯ \d+ more repeats \(all of blocks \d+–\d+\): \d+ (events|lines), "
+        assert re.fullmatch(r"  ⋯ blocks \d+–\d+( and parts of [\d–]+(, [\d–]+)*)? folded: "
+                            r"\d+ (events|lines), "
                             r"(all \d+ checks ✓|no checks); --all-blocks shows them", note), note
         assert len(note) <= 100
     # The forward timeline: block 0 shown, 1 to 10 folded, block 11 shown.
     hidden = BLOCKS - 2
-    assert (f"  ⋯ {hidden} more repeats (all of blocks 1–{hidden}): {6 * hidden} events, no checks;"
-            " --all-blocks shows them") in notes
+    assert (f"  ⋯ blocks 1–{hidden} folded: {6 * hidden} events, no checks; --all-blocks shows "
+            "them") in notes
     # The verdict still counts every check, folded or not.
     assert folded.splitlines()[-1] == full.splitlines()[-1]
     assert f"all {len(walk.checks())} checks verified" in folded

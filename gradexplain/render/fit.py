@@ -1,0 +1,94 @@
+"""Laying text out in a given width without breaking what must stay whole: a tensor's value
+(never a matrix row across lines), a sentence (only between words), and a row of columns whose
+check mark stays on the value's last line.
+
+Pure string functions, no rich and no torch, so every renderer can share them: the timeline's
+argument rows use them, and any view that prints values beside labels can. What they promise:
+
+- `value_lines(value, width)`: the value as `fmt_value` shows it, on one line when it fits;
+  else one innermost row per line (numpy's layout: `[[1, 2],` / ` [3, 4]]`); else, when a row
+  alone is wider than `width` (a long vector), the shape-and-summary form, broken only between
+  its pieces (`[32, 256] min 0 max 1` / `mean 0.5 norm 65`). No line is wider than `width`
+  unless one piece alone is (a 0-d value never is).
+- `word_lines(text, width)`: a sentence broken between words; a word wider than `width` is cut.
+- `pack(pieces, width)`: pieces (names, list items) joined by spaces, broken only between them.
+- `row_lines(cells, widths)`: columns side by side, each cell a list of lines padded to its
+  column's width, two spaces apart; a column of width 0 takes no room.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from gradexplain.records.numbers import TEXT_ELEMENTS, fmt_nested, fmt_value, summary_parts
+from gradexplain.records.trace import Nested, TensorValue
+
+GAP = 2  # spaces between two columns
+
+
+def value_lines(value: TensorValue | None, width: int) -> list[str]:
+    """A value laid out in `width` columns (see the module docstring)."""
+    if value is None:
+        return ["None"]
+    whole = fmt_value(value)
+    if len(whole) <= width:
+        return [whole]
+    shown_in_full = value.value is not None and math.prod(value.shape) <= TEXT_ELEMENTS
+    if shown_in_full and isinstance(value.value, list) and len(value.shape) >= 2:
+        rows = _nested_lines(value.value)
+        if all(len(row) <= width for row in rows):
+            return rows
+    return pack(summary_parts(value), width)
+
+
+def word_lines(text: str, width: int) -> list[str]:
+    """`text` broken between words into lines of at most `width` characters."""
+    width = max(width, 1)
+    pieces: list[str] = []
+    for word in text.split():
+        # A word wider than a whole line is cut: the only way to keep the width.
+        pieces += [word[start:start + width] for start in range(0, len(word), width)]
+    return pack(pieces, width) if pieces else [""]
+
+
+def row_lines(cells: Sequence[Sequence[str]], widths: Sequence[int]) -> list[str]:
+    """Cells side by side: line i holds line i of every cell, each padded to its column's
+    width; columns of width 0 are left out, and trailing spaces are dropped."""
+    used = [(cell, width) for cell, width in zip(cells, widths, strict=True) if width > 0]
+    height = max((len(cell) for cell, _ in used), default=0)
+    lines = []
+    for index in range(height):
+        parts = [(cell[index] if index < len(cell) else "").ljust(width) for cell, width in used]
+        lines.append((" " * GAP).join(parts).rstrip())
+    return lines
+
+
+def _nested_lines(value: Nested) -> list[str]:
+    """A nested list with one innermost row per line, each level indented by its bracket."""
+    if not isinstance(value, list) or not value or not isinstance(value[0], list):
+        return [fmt_nested(value)]
+    lines: list[str] = []
+    for index, item in enumerate(value):
+        block = _nested_lines(item)
+        if index < len(value) - 1:
+            block[-1] += ","
+        lines += block
+    lines = ["[" + lines[0], *(" " + line for line in lines[1:])]
+    lines[-1] += "]"
+    return lines
+
+
+def pack(pieces: Sequence[str], width: int) -> list[str]:
+    """Pieces joined by spaces, a new line started wherever the next piece would not fit
+    (a piece never breaks: a list of names wraps between names)."""
+    lines: list[str] = []
+    for piece in pieces:
+        if lines and len(lines[-1]) + 1 + len(piece) <= width:
+            lines[-1] += " " + piece
+        else:
+            lines.append(piece)
+    return lines
+
+
+__all__ = ["GAP", "pack", "row_lines", "value_lines", "word_lines"]

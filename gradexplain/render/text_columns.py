@@ -1,0 +1,115 @@
+"""Argument rows in columns that stay put: the timeline's `name  meaning  value  ✓` rows, laid
+out by `fit.py` at the width they are printed at.
+
+A pass's rows share one `Columns` (each column as wide as its widest cell in the whole pass), so
+the columns do not shift from event to event; the value column takes what the width leaves. A
+value keeps its matrix rows whole (`fit.value_lines`), the mark sits on the value's last line,
+and a mark too long for the line (a failure with its reason) gets a line of its own rather than
+being cut. Rich renderables, no torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from rich.console import Console, ConsoleOptions, RenderResult
+from rich.text import Text
+
+from gradexplain.records.numbers import fmt_value
+from gradexplain.records.trace import TensorValue
+from gradexplain.render.fit import GAP, row_lines, value_lines, word_lines
+
+# A mark up to this long gets a column of its own (✓, `not checked`); longer ones (a failure
+# with its reason) would widen every row of the pass, so they follow their value instead.
+MARK_COLUMN = 12
+# The meaning column's share of the room name and mark leave, at most (but never narrower than
+# the longest word it holds, which would be cut): the value needs the room more.
+MEANING_SHARE = 0.3
+MIN_MEANING = 12
+
+
+@dataclass(frozen=True)
+class Row:
+    """One argument: its name, what it means (styled as `meaning_style`), its value, its mark."""
+
+    name: str
+    meaning: str
+    value: TensorValue | None
+    mark: Text
+    meaning_style: str = ""
+
+
+@dataclass(frozen=True)
+class Columns:
+    """The natural widths of a pass's columns: the widest name, meaning and short mark, the
+    longest word of a meaning (the meaning column is never narrower) and the widest value on
+    one line (the room values do not need goes to the meanings)."""
+
+    name: int
+    meaning: int
+    mark: int
+    word: int = 0
+    value: int = 0
+
+    @classmethod
+    def of(cls, rows: Iterable[Row]) -> Columns:
+        rows = list(rows)
+        marks = [len(row.mark) for row in rows if len(row.mark) <= MARK_COLUMN]
+        return cls(max((len(row.name) for row in rows), default=0),
+                   max((len(row.meaning) for row in rows), default=0),
+                   max(marks, default=0),
+                   max((len(word) for row in rows for word in row.meaning.split()), default=0),
+                   max((len(fmt_value(row.value)) for row in rows), default=0))
+
+    def widths(self, width: int) -> tuple[int, int, int]:
+        """(name, meaning, value) widths at a print width: the value takes what is left."""
+        room = width - self.name - GAP - (GAP + self.mark if self.mark else 0)
+        if not self.meaning:
+            return self.name, 0, room
+        # The meaning gets its share, or all the room the widest value leaves, if more.
+        share = max(int((room - GAP) * MEANING_SHARE), room - GAP - self.value)
+        meaning = min(self.meaning, max(MIN_MEANING, self.word, share))
+        return self.name, meaning, room - GAP - meaning
+
+
+@dataclass(frozen=True)
+class Rows:
+    """Rows laid out in the pass's columns when printed (at the console's width then)."""
+
+    rows: tuple[Row, ...]
+    columns: Columns
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        width = options.max_width
+        for row in self.rows:
+            yield from row_texts(row, self.columns, width)
+
+
+def row_texts(row: Row, columns: Columns, width: int) -> list[Text]:
+    """One row as lines of at most `width` characters (unless a single piece is wider)."""
+    name_width, meaning_width, value_width = columns.widths(width)
+    meaning = word_lines(row.meaning, meaning_width) if meaning_width else [""]
+    value = value_lines(row.value, value_width)
+    plain = row_lines([[row.name], meaning, value], [name_width, meaning_width, value_width])
+    texts = [Text(line) for line in plain]
+    if row.meaning_style and meaning_width:
+        start = name_width + GAP
+        for text in texts:
+            text.stylize(row.meaning_style, start, start + meaning_width)
+    if not row.mark:
+        return texts
+    mark_at = name_width + GAP + (meaning_width + GAP if meaning_width else 0) + value_width + GAP
+    last = texts[len(value) - 1]
+    if mark_at + len(row.mark) <= width:
+        last.append(" " * max(1, mark_at - len(last)))
+        last.append_text(row.mark)
+    else:
+        # Too long for the line: on lines of its own, under the value.
+        indent = mark_at - value_width - GAP
+        for line in word_lines(row.mark.plain, width - indent):
+            texts.append(Text(" " * indent) + Text(line, style=row.mark.style))
+    return texts
+
+
+__all__ = ["Columns", "Row", "Rows", "row_texts"]
