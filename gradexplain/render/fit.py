@@ -79,15 +79,16 @@ def _nested_lines(value: Nested) -> list[str]:
     return lines
 
 
-def pack(pieces: Sequence[str], width: int) -> list[str]:
+def pack(pieces: Sequence[str], width: int, indent: str = "") -> list[str]:
     """Pieces joined by spaces, a new line started wherever the next piece would not fit
-    (a piece never breaks: a list of names wraps between names)."""
+    (a piece never breaks: a list of names wraps between names); lines after the first start
+    with `indent`, within the width."""
     lines: list[str] = []
     for piece in pieces:
         if lines and len(lines[-1]) + 1 + len(piece) <= width:
             lines[-1] += " " + piece
         else:
-            lines.append(piece)
+            lines.append(indent + piece if lines else piece)
     return lines
 
 

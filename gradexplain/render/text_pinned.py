@@ -8,6 +8,7 @@ its items with a hanging indent and a check mark stays on its value's line.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from rich.console import Group, RenderableType
 from rich.text import Text
@@ -23,7 +24,9 @@ from gradexplain.records.pinned import (
     PinnedTerm,
 )
 from gradexplain.records.trace import Mode, TensorValue
+from gradexplain.render.collapse import shape_key
 from gradexplain.render.fit import pack, value_lines
+from gradexplain.render.folding import Outline, fold_repeats
 from gradexplain.render.marks import check_mark
 
 WIDTH = 100
@@ -31,20 +34,37 @@ ANSWER_TITLE = "what each module's backward hooks get, legacy against full"
 DERIVATION_NOTE = "g: what a step starts from; →: each share it hands on; ←: the hooks that get it"
 
 
-def answer_text(rows: Sequence[AnswerRow], modes: Sequence[Mode]) -> RenderableType:
+def answer_text(rows: Sequence[AnswerRow], modes: Sequence[Mode],
+                collapse: bool = True) -> RenderableType:
     """One row per module call and argument: legacy, full and whether they agree. Columns are
-    one width for the whole table; a long list wraps between its items, inside its column."""
+    one width for the whole table; a long list wraps between its items, inside its column.
+    With `collapse`, a deep model's repeated blocks fold (folding.py)."""
     if not rows:
         return Group()
     names = [row.module + (f" ({row.call})" if row.call else "") for row in rows]
     first = min(max(len(name) for name in names), 28) + 2
     cell = (WIDTH - first - len("grad_output  ") - 3) // len(modes)
-    heads = {"legacy": "legacy", "full": "full"}
     header = f"{'module':<{first}}{'argument':<13}" + "   ".join(
-        f"{heads[mode]:<{cell}}" for mode in modes)
-    lines: list[Text] = [Text(ANSWER_TITLE, style="bold underline"),
-                         Text(header.rstrip(), style="dim")]
-    for name, row in zip(names, rows, strict=True):
+        f"{mode:<{cell}}" for mode in modes)
+    table = _AnswerTable(modes, first, cell)
+    return Group(Text(ANSWER_TITLE, style="bold underline"), Text(header.rstrip(), style="dim"),
+                 *fold_repeats(list(zip(names, rows, strict=True)), table.row, _answer_outline,
+                               "rows", collapse),
+                 Text(""))
+
+
+@dataclass(frozen=True)
+class _AnswerTable:
+    """The answer's columns: `first` for the module, `cell` for each pass."""
+
+    modes: Sequence[Mode]
+    first: int
+    cell: int
+
+    def row(self, item: tuple[str, AnswerRow]) -> RenderableType:
+        name, row = item
+        first, cell, modes = self.first, self.cell, self.modes
+        lines: list[Text] = []
         if len(name) > first - 2:
             lines.append(Text(name, style="cyan"))
             name = ""
@@ -64,8 +84,15 @@ def answer_text(rows: Sequence[AnswerRow], modes: Sequence[Mode]) -> RenderableT
                         text.append(f" {mark} ", style="green" if same else "yellow")
                 lines.append(_trimmed(text))
                 name = ""
-    lines.append(Text(""))
-    return Group(*lines)
+        return Group(*lines)
+
+
+def _answer_outline(item: tuple[str, AnswerRow]) -> Outline:
+    name, row = item
+    text = " ".join(str(part) for part in (name, row.legacy_input, row.full_input,
+                                           row.legacy_output, row.full_output, row.same_input,
+                                           row.same_output))
+    return Outline(text, shape_key(text), 0)
 
 
 def _wrapped(items: tuple[str, ...] | None, width: int) -> list[str]:
@@ -73,17 +100,7 @@ def _wrapped(items: tuple[str, ...] | None, width: int) -> list[str]:
     line of its own)."""
     if items is None:
         return ["(does not fire)"]
-    return _fill([f"{item}," for item in items[:-1]] + list(items[-1:]), width)
-
-
-def _fill(words: Sequence[str], width: int, indent: str = "") -> list[str]:
-    """Words on lines of at most `width` characters, breaking only between words; lines after
-    the first start with `indent` (within the width)."""
-    lines = pack(words, width)
-    if len(lines) > 1:
-        lines = [lines[0], *(indent + line for line in pack(
-            " ".join(lines[1:]).split(" "), width - len(indent)))]
-    return lines
+    return pack([f"{item}," for item in items[:-1]] + list(items[-1:]), width)
 
 
 def _trimmed(text: Text) -> Text:
@@ -91,8 +108,9 @@ def _trimmed(text: Text) -> Text:
     return text
 
 
-def pinned_text(pinned: PinnedDerivation) -> RenderableType:
-    """One call's chain rule, each step with the hook arguments pinned to it."""
+def pinned_text(pinned: PinnedDerivation, collapse: bool = True) -> RenderableType:
+    """One call's chain rule, each step with the hook arguments pinned to it; with `collapse`,
+    a deep model's repeated steps fold (folding.py)."""
     derivation = pinned.derivation
     call = "backward" if derivation.kind == "backward" else "autograd.grad"
     title = f"chain rule of run {derivation.run}: {call} of {derivation.of}"
@@ -103,15 +121,32 @@ def pinned_text(pinned: PinnedDerivation) -> RenderableType:
     if derivation.seed is not None:
         lines.append(Text(f"seed gradient v = {fmt_value(derivation.seed)}: every g below is "
                           f"vᵀ·∂{derivation.of}/∂(·), a vector-Jacobian product", style="dim"))
-    for line in pinned.lines:
-        lines += _line(line)
-    if pinned.hidden:
-        lines.append(Text(f"  ({pinned.hidden} steps with none of the shown hook arguments "
-                          "left out)", style="dim"))
-    lines += unpinned_lines("no step of this chain rule (zeros where no gradient flows):",
-                            pinned.unpinned)
-    lines.append(Text(""))
-    return Group(*lines)
+    steps = fold_repeats(pinned.lines, lambda line: Group(*_line(line)), _line_outline,
+                         "steps", collapse)
+    hidden = [Text(f"  ({pinned.hidden} steps with none of the shown hook arguments left out)",
+                   style="dim")] if pinned.hidden else []
+    notes = unpinned_lines("no step of this chain rule (zeros where no gradient flows):",
+                           pinned.unpinned)
+    return Group(*lines, *steps, *hidden, *notes, Text(""))
+
+
+def _line_outline(line: PinnedLine) -> Outline:
+    """A step as the folding sees it: its words and pins (block numbers masked), the shapes
+    of its values; never folded when a check or a pinned argument's check failed."""
+    pins = [line.pinned, *(term.pinned for term in line.terms),
+            *(term.total_pinned for term in line.terms)]
+    refs = [ref for pinned in pins for ref in (*pinned.legacy, *pinned.full, *pinned.both)]
+    rows = [f"{line.node} {line.gradient} {line.has_rule} {line.shares}",
+            *(f"{term.derivative} {term.local} {term.modified_by}" for term in line.terms),
+            *(f"{ref.mode} {_ref(ref)}" for ref in refs)]
+    text = "\n".join(rows)
+    checks = [term.check for term in line.terms if term.check is not None]
+    failed = not all(check.verified for check in
+                     checks + [ref.check for ref in refs if ref.check is not None])
+    values = (line.upstream, *(term.value for term in line.terms))
+    shape = None if failed else (shape_key(text), tuple(
+        None if value is None else value.shape for value in values))
+    return Outline(text, shape, len(checks))
 
 
 def unpinned_lines(title: str, refs: Sequence[HookRef]) -> list[Text]:
@@ -121,7 +156,7 @@ def unpinned_lines(title: str, refs: Sequence[HookRef]) -> list[Text]:
     found = [Text(title, style="bold")]
     for ref in refs:
         words = f"{ref.mode}: {_ref(ref)}".split(" ")
-        found += _lines(_fill(words, WIDTH - 4, "  "), "  ", "dim")
+        found += _lines(pack(words, WIDTH - 4, "  "), "  ", "dim")
     return found
 
 
@@ -204,7 +239,7 @@ def _pins(pinned: Pinned, indent: str) -> list[Text]:
         texts = [f"{item}," for item in texts[:-1]] + [f"{texts[-1]};"]
         words += [side + texts[0], *texts[1:]]
     words[-1] = words[-1].removesuffix(";")
-    filled = _fill(words, WIDTH - len(indent) - 2, "  ")
+    filled = pack(words, WIDTH - len(indent) - 2, "  ")
     return _lines([("← " if number == 0 else "  ") + line for number, line in enumerate(filled)],
                   indent, "green")
 

@@ -43,8 +43,8 @@ def walk_text(walk: Walk, view: PinnedView | None = None, *, collapse: bool = Tr
     With `collapse`, runs of repeated blocks (a deep model's) are folded into one note each."""
     view = view or pinned_view(walk, None)
     parts: list[RenderableType] = [_header(walk)]
-    parts.append(answer_text(view.answers, [item.mode for item in walk.passes]))
-    parts += [pinned_text(derivation) for derivation in view.derivations]
+    parts.append(answer_text(view.answers, [item.mode for item in walk.passes], collapse))
+    parts += [pinned_text(derivation, collapse) for derivation in view.derivations]
     if view.elsewhere:
         parts.append(Group(*unpinned_lines("in no chain rule (calls torch refused):",
                                            view.elsewhere), Text("")))

@@ -99,7 +99,7 @@ def notes_with_hidden(walk_pass: PassWalk, text: str) -> list[tuple[re.Match[str
 @pytest.mark.parametrize("depth", DEPTHS)
 def test_fold_notes_name_exactly_the_blocks_they_hide(kind: str, depth: int) -> None:
     walk = deep(kind, depth)
-    text = plain_text(walk_text(walk))
+    text = plain_text(walk_text(walk, timeline=True))
     for walk_pass, section in zip(walk.passes, pass_texts(text), strict=True):
         printed = {int(seq) for seq in HEAD.findall(section)}
         notes = notes_with_hidden(walk_pass, section)

@@ -93,7 +93,7 @@ def split_rows(lines: list[str]) -> list[str]:
 
 @pytest.mark.parametrize("case", CASES)
 def test_text_fits_100_columns_without_lone_marks(case: str) -> None:
-    text = plain_text(walk_text(walk_of(case)), WIDTH)
+    text = plain_text(walk_text(walk_of(case), timeline=True), WIDTH)
     lines = text.splitlines()
     assert [line for line in lines if len(line) > WIDTH] == []
     assert [line for line in lines if line.strip() in ("✓", "✗")] == []
@@ -102,7 +102,7 @@ def test_text_fits_100_columns_without_lone_marks(case: str) -> None:
 @pytest.mark.parametrize("case", CASES)
 def test_timeline_rows_stay_whole_and_marks_line_up(case: str) -> None:
     walk = walk_of(case)
-    sections = timeline_sections(plain_text(walk_text(walk), WIDTH))
+    sections = timeline_sections(plain_text(walk_text(walk, timeline=True), WIDTH))
     assert len(sections) == len(walk.passes)
     for walk_pass, lines in zip(walk.passes, sections, strict=True):
         assert split_rows(lines) == []
@@ -127,7 +127,7 @@ def test_a_matrix_grad_prints_one_row_per_line_with_torchs_values(name: str) -> 
     reference(inputs.clone().requires_grad_(True)).sum().backward()
     expected = reference.fc1.weight.grad
     assert expected is not None
-    text = plain_text(walk_text(model_walk(name)), WIDTH)
+    text = plain_text(walk_text(model_walk(name), timeline=True), WIDTH)
     for section in timeline_sections(text):
         start = next(index for index, line in enumerate(section)
                      if line.lstrip().startswith("fc1.weight.grad ="))

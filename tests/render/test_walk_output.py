@@ -47,7 +47,14 @@ def test_json_has_the_contract_keys(two_modules: Walk) -> None:
         for event in walk_pass["events"]:
             assert list(event) == ["seq", "phase", "hook", "target", "node", "args"]
             for arg in event["args"]:
-                assert list(arg) == ["name", "shape", "value", "meaning", "check"]
+                # then, where the value is a step of the chain rule, where it is in it
+                assert list(arg) in (["name", "shape", "value", "meaning", "check"],
+                                     ["name", "shape", "value", "meaning", "check", "step"])
+                if "step" in arg:
+                    step = arg["step"]
+                    line = data["chain_rule"][0]["lines"][step["line"]]
+                    assert step["run"] == data["chain_rule"][0]["run"]
+                    assert step["term"] is None or step["term"] < len(line["terms"])
                 if arg["meaning"] is not None:
                     assert list(arg["meaning"]) == ["of", "wrt", "aliases", "layout", "text",
                                                     "latex"]
