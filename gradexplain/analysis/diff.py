@@ -168,8 +168,8 @@ class _Module:
             alignment = alignments[kind]
             left, right = legacy_args.get(name), full_args.get(name)
             same = alignment.same_at(position)
-            note = "" if same else self.row_note(call, name, left, right, legacy, full)
-            note += alignment.elsewhere(kind, position)
+            note = "" if same else (self.row_note(call, name, left, right, legacy, full)
+                                    + alignment.elsewhere(kind, position))
             rows.append(ArgRow(name, left, right, same, note))
         return rows
 

@@ -5,9 +5,7 @@ that agree are the same derivative, not a coincidence)."""
 
 from __future__ import annotations
 
-import copy
 import re
-import warnings
 from typing import Any
 
 import pytest
@@ -21,29 +19,7 @@ from gradexplain.records.trace import TensorValue
 from gradexplain.records.walk import LabelledArg
 from tests.helpers.capture import captured
 from tests.helpers.cli import SPECS
-
-Calls = dict[str, list[tuple[tuple[Any, ...], tuple[Any, ...]]]]
-
-
-def torch_hooks(model: nn.Module, inputs: tuple[torch.Tensor, ...], full: bool) -> Calls:
-    """Every submodule's legacy (or full) backward hook calls on a copy of `model`, with the
-    loss explain() uses by default: the sum of the output."""
-    model = copy.deepcopy(model)
-    calls: Calls = {name: [] for name, _ in model.named_modules()}
-    handles = []
-    for name, module in model.named_modules():
-        def hook(_: nn.Module, grad_input: Any, grad_output: Any, name: str = name) -> None:
-            calls[name].append((tuple(grad_input), tuple(grad_output)))
-
-        register = module.register_full_backward_hook if full else module.register_backward_hook
-        handles.append(register(hook))
-    leaves = tuple(item.detach().clone().requires_grad_(item.requires_grad) for item in inputs)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        model(*leaves).sum().backward()
-    for handle in handles:
-        handle.remove()
-    return calls
+from tests.helpers.diffhooks import torch_hooks
 
 
 def holders(legacy: tuple[Any, ...], wanted: torch.Tensor) -> list[int]:
