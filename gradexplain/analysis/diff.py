@@ -12,10 +12,10 @@ What it finds is records (records/diff.py), for render/ to show.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Literal
 
+from gradexplain.analysis.verdict import align, verdict
 from gradexplain.records.diff import ArgRow, CallDiff, Finding, HookDiff, ModuleDiff, unique
-from gradexplain.records.names import canonical_name, op_title
+from gradexplain.records.names import canonical_name
 from gradexplain.records.paths import module_title
 from gradexplain.records.refusals import refusal_text
 from gradexplain.records.session import Session
@@ -119,7 +119,7 @@ class _Module:
         calls = tuple(self.call(run, call, legacy_calls.get((run, call)),
                                 full_calls.get((run, call))) for run, call in keys)
         return ModuleDiff(self.module, self.arguments, self.last_node, self.made, self.step,
-                          calls, self.verdict(calls))
+                          calls, verdict(self, calls))
 
     def events(self, walk_pass: PassWalk, hook: str) -> dict[tuple[int, int], LabelledEvent]:
         found: dict[tuple[int, int], LabelledEvent] = {}
@@ -152,14 +152,24 @@ class _Module:
 
     def rows(self, call: ModuleCall, legacy: LabelledEvent | None,
              full: LabelledEvent | None) -> list[ArgRow]:
+        """One row per argument name; `=` is the alignment's (analysis/verdict.py), the fact
+        the verdict reads too."""
         legacy_args = {arg.name: arg for arg in legacy.args} if legacy else {}
         full_args = {arg.name: arg for arg in full.args} if full else {}
         names = _ordered(list(legacy_args) + list(full_args))
+        alignments = {kind: align([legacy_args.get(name) for name in names
+                                   if name.startswith(kind + "[")],
+                                  [full_args.get(name) for name in names
+                                   if name.startswith(kind + "[")])
+                      for kind in ("grad_input", "grad_output")}
         rows = []
         for name in names:
+            kind, position = _position(name)
+            alignment = alignments[kind]
             left, right = legacy_args.get(name), full_args.get(name)
-            same = left is not None and right is not None and _same(left, right)
-            note = "" if same else self.row_note(call, name, left, right, legacy, full)
+            same = alignment.same_at(position)
+            note = "" if same else (self.row_note(call, name, left, right, legacy, full)
+                                    + alignment.elsewhere(kind, position))
             rows.append(ArgRow(name, left, right, same, note))
         return rows
 
@@ -376,103 +386,18 @@ class _Module:
                "tensor: a gradient through the tensors inside it bypasses the hook)")
         yield Finding("never_fires", f"full never fires: {why}")
 
-    # --- the verdict --------------------------------------------------------------------------
 
-    def verdict(self, calls: tuple[CallDiff, ...]) -> str:
-        module = module_title(self.module)
-        if not calls:
-            return f"no backward ran through {module}: neither hook fires"
-        if self.refusals:
-            return "; ".join(refusal_text(refusal) for refusal in self.refusals)
-        if all(call.legacy_seq is None for call in calls):
-            if all(call.full_seq is None for call in calls):
-                return f"neither hook fires: no gradient reaches {module}"
-            reason = next(finding.text for call in calls for finding in call.findings
-                          if finding.kind == "never_fires")
-            return f"{reason}: use register_full_backward_hook"
-        differing = [call for call in calls if not all(row.same for row in call.rows)]
-        if not differing:
-            both = _listed(_meanings(calls[0], "legacy"))
-            return (f"legacy and full agree: the operands of {op_title(self.last_node or '?')} are "
-                    f"{module}'s arguments, in order, so both give {both}; "
-                    "register_full_backward_hook is still the one torch documents")
-        return self.differs(differing[0])
-
-    def differs(self, call: CallDiff) -> str:
-        module = module_title(self.module)
-        legacy = _meanings(call, "legacy")
-        full = _meanings(call, "full")
-        op = op_title(self.last_node or "?")
-        if call.legacy_seq is None:
-            return ("legacy does not fire for every call (see above): use "
-                    "register_full_backward_hook")
-        operands = "the input" if len(legacy) == 1 else "the operands"
-        head = f"legacy grad_input is {_listed(legacy)}, {operands} of the last op {op}"
-        if call.full_seq is None:
-            return f"{head}; the full hook does not fire here (see above)"
-        inputs = "input" if len(full) == 1 else "inputs"
-        advice = []
-        module_call = self.legacy.calls[call.call]
-        extras = [meaning for meaning in legacy if meaning is not None
-                  and self.argument_index(module_call, meaning) is None]
-        if not extras and {m.wrt for m in legacy if m} == {m.wrt for m in full if m}:
-            in_order = all(self.argument_index(module_call, meaning) == position
-                           for position, meaning in enumerate(legacy) if meaning is not None)
-            if in_order:
-                return (f"{head}: full's derivatives, plus None for {op}'s operands without "
-                        f"gradient; register_full_backward_hook gives exactly {module}'s "
-                        f"{inputs}")
-            return (f"{head}: the same derivatives as full's, in {op}'s operand order "
-                    f"(with None where an operand has no gradient), not {module}'s argument "
-                    "order: use register_full_backward_hook to get them by argument")
-        if all(meaning is None for meaning in full):
-            head += (f"; full grad_input is {_listed(full)}, as no input of {module} requires "
-                     "grad")
-        else:
-            head += f", not {_listed(full)}, {module}'s {inputs}"
-            advice.append(f"use register_full_backward_hook for {_listed(full)}")
-        for meaning in extras:
-            wanted = f"∂{meaning.of}/∂{self.naming.short(meaning.wrt)}"
-            if self.is_leaf(meaning.wrt):
-                advice.append(f"read {meaning.wrt}.grad or use a post-accumulate-grad hook for "
-                              f"{wanted}")
-            elif ":" not in meaning.wrt and "#" not in meaning.wrt:
-                advice.append(f"use a tensor hook on {self.tensor_words(meaning.wrt)} for "
-                              f"{wanted}")
-        if not advice:
-            return head
-        return f"{head}: {', or '.join(advice)}"
-
-
-def _meanings(call: CallDiff, side: Literal["legacy", "full"]) -> list[Meaning | None]:
-    found = []
-    for row in call.rows:
-        arg = row.legacy if side == "legacy" else row.full
-        if arg is not None and row.name.startswith("grad_input"):
-            found.append(arg.meaning if arg.value is not None else None)
-    return found
-
-
-def _listed(meanings: list[Meaning | None]) -> str:
-    """One derivative as it is; several as a tuple, in hook order."""
-    texts = ["None" if meaning is None else meaning.text for meaning in meanings]
-    return texts[0] if len(texts) == 1 else f"({', '.join(texts)})"
-
-
-def _same(left: LabelledArg, right: LabelledArg) -> bool:
-    if left.value is None or right.value is None:
-        return left.value is None and right.value is None
-    if left.meaning is None or right.meaning is None:
-        return False
-    return (left.meaning.of, left.meaning.wrt, left.meaning.layout, left.meaning.partial) == (
-        right.meaning.of, right.meaning.wrt, right.meaning.layout, right.meaning.partial)
+def _position(name: str) -> tuple[str, int]:
+    """`grad_input[2]` -> ("grad_input", 2)."""
+    kind, _, rest = name.partition("[")
+    return kind, int(rest.rstrip("]") or 0)
 
 
 def _ordered(names: list[str]) -> list[str]:
     """grad_input[0], grad_input[1], ... then grad_output[0], ..., each once."""
     def key(name: str) -> tuple[int, int]:
-        kind, _, rest = name.partition("[")
-        return (0 if kind == "grad_input" else 1, int(rest.rstrip("]") or 0))
+        kind, position = _position(name)
+        return (0 if kind == "grad_input" else 1, position)
     return sorted(dict.fromkeys(names), key=key)
 
 

@@ -1,19 +1,40 @@
 """`diff --format text`: each module's legacy and full backward hook calls side by side, the
-reasons they differ, and a verdict. Returns rich renderables; `cli.py` prints them."""
+reasons they differ, and a verdict. Returns rich renderables; `cli.py` prints them.
+
+A call is laid out by hand, not as a rich table: a table sizes its columns to each module's
+content, so columns moved from module to module, and a value wrapped under its label in a
+narrow column ran 4-6 lines. Here the columns depend on the console width alone (the same for
+every module of the diff), each argument is one line (`argument  legacy label ✓  full label ✓
+=`), its values follow on one line each (shortened, never wrapped), and why the two differ is
+full-width text under the row.
+"""
 
 from __future__ import annotations
 
-from rich.console import Group, RenderableType
+import math
+import textwrap
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from rich.console import Console, ConsoleOptions, Group, RenderableType
 from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
 from gradexplain.records.diff import ArgRow, CallDiff, HookDiff, ModuleDiff
-from gradexplain.records.numbers import fmt_value, shape_label
+from gradexplain.records.numbers import fmt_nested, fmt_shape, fmt_value
 from gradexplain.records.paths import module_title
+from gradexplain.records.trace import Nested, TensorValue
 from gradexplain.records.walk import LabelledArg
 from gradexplain.render.diff_headings import call_headings
 from gradexplain.render.marks import check_mark
+
+INDENT = 2
+NAME_WIDTH = 15  # `grad_output[9]` and `run 1, call 2` fit
+GAP = 2
+# The table never grows past this, however wide the terminal: lines stay readable.
+MOST = 120
+NBSP = "\u00a0"  # keeps a check mark on its label's line when a label wraps
 
 
 def diff_text(diff: HookDiff) -> RenderableType:
@@ -36,8 +57,7 @@ def _module(module: ModuleDiff) -> RenderableType:
     if module.last_node:
         head.append(f"; legacy hook on {module.last_node}")
     parts: list[RenderableType] = [head]
-    for call in module.calls:
-        parts.append(Padding(_call(module, call), (0, 0, 0, 2)))
+    parts += [CallLines(module, call) for call in module.calls]
     findings = module.findings()
     if findings:
         parts.append(Padding(Text("why:", style="bold"), (0, 0, 0, 2)))
@@ -52,32 +72,181 @@ def _module(module: ModuleDiff) -> RenderableType:
     return Group(*parts)
 
 
-def _call(module: ModuleDiff, call: CallDiff) -> RenderableType:
-    title, legacy, full = call_headings(module, call)
-    table = Table(box=None, pad_edge=False, padding=(0, 2, 0, 0), show_edge=False,
-                  title=title, title_justify="left", title_style="bold")
-    table.add_column("argument", no_wrap=True)
-    table.add_column(legacy, ratio=3)
-    table.add_column(full, ratio=3)
-    table.add_column("", no_wrap=True)
-    table.add_column("why they differ", ratio=3)
-    for row in call.rows:
-        table.add_row(row.name, _side(row.legacy, call.legacy_seq is None),
-                      _side(row.full, call.full_seq is None), _mark(row), row.note)
-    return table
+@dataclass(frozen=True)
+class Columns:
+    """Where each part of a row starts, from the width alone."""
+
+    width: int
+
+    @property
+    def legacy(self) -> int:
+        return INDENT + NAME_WIDTH + GAP
+
+    @property
+    def cell(self) -> int:
+        """The width of a label cell: two of them, their gaps and the `=` fill the line."""
+        return (self.width - self.legacy - 2 * GAP - 1) // 2
+
+    @property
+    def full(self) -> int:
+        return self.legacy + self.cell + GAP
+
+    @property
+    def mark(self) -> int:
+        return self.full + self.cell + GAP
 
 
-def _side(arg: LabelledArg | None, silent: bool) -> Text:
+class CallLines:
+    """One call of a module: a heading line, then per argument its row line, its values and
+    why the two differ."""
+
+    def __init__(self, module: ModuleDiff, call: CallDiff) -> None:
+        self.module = module
+        self.call = call
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions
+                         ) -> Iterator[Text]:
+        columns = Columns(max(60, min(options.max_width, MOST)))
+        title, legacy, full = call_headings(self.module, self.call)
+        if not self.call.rows:  # why is among the findings below
+            yield _line(columns, [(title, "bold"), ("neither hook fired", "dim"), ("", "")],
+                        ("", ""))
+            return
+        yield _line(columns, [(title, "bold"), (legacy, "bold"), (full, "bold")], ("", ""))
+        for row in self.call.rows:
+            yield from _row(columns, row, self.call)
+
+
+def _row(columns: Columns, row: ArgRow, call: CallDiff) -> Iterator[Text]:
+    legacy = _cell(row.legacy, call.legacy_seq is None)
+    full = _cell(row.full, call.full_seq is None)
+    mark = ("=", "green") if row.same else ("≠", "bold yellow")
+    yield from _wrapped_cells(columns, row.name, legacy, full, mark)
+    yield from _values(columns, row)
+    for side, arg in (("legacy", row.legacy), ("full", row.full)):
+        problem = _check_problem(arg)
+        if problem:
+            yield from _prose(columns, f"{side} {problem}", "bold red"
+                              if "FAILED" in problem else "yellow")
+    if row.note:
+        yield from _prose(columns, f"why ≠: {row.note}", "")
+
+
+Cell = tuple[str, str]  # text (NBSP before a trailing mark), style
+
+
+def _cell(arg: LabelledArg | None, silent: bool) -> Cell:
     if arg is None:
-        return Text("did not fire" if silent else "(no such entry)", style="dim")
+        return ("did not fire" if silent else "(no such entry)", "dim")
     if arg.value is None:
-        return Text("None")
-    text = Text(arg.meaning.text if arg.meaning else "(not labelled)")
-    shape = shape_label(arg.value)
-    text.append(f"\n{shape}: {fmt_value(arg.value)} ")
-    text.append_text(check_mark(arg.check, arg.not_checked))
-    return text
+        return ("None", "")
+    label = arg.meaning.text if arg.meaning else "(not labelled)"
+    mark = check_mark(arg.check, arg.not_checked).plain
+    if mark == "✓":
+        return (f"{label}{NBSP}✓", "")
+    if mark:  # the failure, or why it has no check, gets a line of its own
+        return (f"{label}{NBSP}{'✗' if mark.startswith('✗') else '?'}", "")
+    return (label, "")
 
 
-def _mark(row: ArgRow) -> Text:
-    return Text("=", style="green") if row.same else Text("≠", style="bold yellow")
+def _check_problem(arg: LabelledArg | None) -> str:
+    if arg is None or arg.value is None:
+        return ""
+    mark = check_mark(arg.check, arg.not_checked).plain
+    if not mark or mark == "✓":
+        return ""
+    return f"check {mark}" if mark.startswith("✗") else mark
+
+
+def _wrapped_cells(columns: Columns, name: str, legacy: Cell, full: Cell,
+                   mark: Cell) -> Iterator[Text]:
+    """The row line; a label longer than its cell goes on in its own column below."""
+    left = _wrap(legacy[0], columns.cell)
+    right = _wrap(full[0], columns.cell)
+    for index in range(max(len(left), len(right))):
+        cells = [(name if index == 0 else "", ""),
+                 (left[index] if index < len(left) else "", legacy[1]),
+                 (right[index] if index < len(right) else "", full[1])]
+        yield _line(columns, cells, mark if index == 0 else ("", ""))
+
+
+def _wrap(text: str, width: int) -> list[str]:
+    lines = textwrap.wrap(text, width, break_on_hyphens=False) or [""]
+    return [line.replace(NBSP, " ") for line in lines]
+
+
+def _line(columns: Columns, cells: list[Cell], mark: Cell) -> Text:
+    line = Text(" " * INDENT)
+    starts = [columns.legacy, columns.full, columns.mark]
+    for (text, style), end in zip(cells, starts, strict=True):
+        line.append(text, style=style or None)
+        line.append(" " * max(1, end - len(line.plain)))
+    line.append(mark[0], style=mark[1] or None)
+    line.rstrip()
+    line.highlight_words(["✓"], "green")
+    line.highlight_words(["✗"], "bold red")
+    line.no_wrap = True
+    return line
+
+
+def _values(columns: Columns, row: ArgRow) -> Iterator[Text]:
+    """`both [2]: [..]` when the sides show the same numbers, else a line per side."""
+    sides = [(side, arg.value) for side, arg in (("legacy", row.legacy), ("full", row.full))
+             if arg is not None and arg.value is not None]
+    if len(sides) == 2 and _shown(sides[0][1], 10**6) == _shown(sides[1][1], 10**6):
+        sides = [("both", sides[0][1])]
+    room = columns.width - columns.legacy
+    tag = max((len(side) for side, _ in sides), default=0)
+    for side, value in sides:
+        shape = fmt_shape(value.shape) if value.shape else "scalar"
+        head = f"{side:<{tag}} {shape}: "
+        body = _shown(value, room - len(head))
+        for index, text in enumerate(_hanging(head + body, room, len(head))):
+            line = Text(" " * columns.legacy + text)
+            if index == 0:
+                line.stylize("dim", columns.legacy, columns.legacy + len(head) - 1)
+            line.no_wrap = True
+            yield line
+
+
+def _shown(value: TensorValue, room: int) -> str:
+    """The values, shortened to `room` characters by leaving elements out (`…`), never by
+    splitting a row; a summary as its statistics."""
+    if value.value is not None and math.prod(value.shape) <= 24:
+        return fit(value.value, room)
+    return fmt_value(value).removeprefix(fmt_shape(value.shape) + " ")
+
+
+def fit(value: Nested, room: int) -> str:
+    """`[1, 2, 3, …, 9]`: as many leading items as fit, then `…` and the last one; else the
+    first item alone and `…`, itself shortened the same way. Rows of a matrix are kept whole
+    where they fit, and never split across lines."""
+    text = fmt_nested(value)
+    if len(text) <= room or not isinstance(value, list) or not value:
+        return text
+    last = fmt_nested(value[-1])
+    for head in range(len(value) - 2, 0, -1):
+        shown = "[" + ", ".join([*(fmt_nested(item) for item in value[:head]), "…", last]) + "]"
+        if len(shown) <= room:
+            return shown
+    if len(value) == 1:
+        return "[" + fit(value[0], room - 2) + "]"
+    return "[" + fit(value[0], room - len("[, …]")) + ", …]"
+
+
+def _prose(columns: Columns, text: str, style: str) -> Iterator[Text]:
+    """Sentences under a row: from the label column to the line's end, then the same indent."""
+    room = columns.width - columns.legacy
+    for part in _hanging(text, room, 2):
+        line = Text(" " * columns.legacy)
+        line.append(part, style=style or None)
+        line.no_wrap = True
+        yield line
+
+
+def _hanging(text: str, width: int, indent: int) -> Iterable[str]:
+    return textwrap.wrap(text, width, subsequent_indent=" " * indent, break_on_hyphens=False,
+                         break_long_words=True) or [""]
+
+
+__all__ = ["Columns", "diff_text", "fit"]
