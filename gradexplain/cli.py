@@ -176,14 +176,17 @@ def diff(
     gradexplain.diff/1. Exit 0, or 1 when a label failed its check, 2 for bad input.
     """
     from gradexplain.analysis.diff import compare
+    from gradexplain.analysis.pinned import BACKWARD_HOOKS, pinned_view
     from gradexplain.render.outputs import diff_output
-    from gradexplain.render.select import select_diff
+    from gradexplain.render.select import select, select_diff
 
     session = _session(spec, load, option.run_options(input_shapes, inputs_file, loss, max_values,
                                                   threads, loss_of))
     check_module(session, module)
     result = select_diff(compare(session), module)
-    _print(diff_output(result, output_format.value))
+    shown = select(session.walk, ("legacy", "full"), module, BACKWARD_HOOKS)
+    view = pinned_view(shown, None, filtered=True)
+    _print(diff_output(result, shown, view, output_format.value))
     _exit_on_failures(session)
 
 

@@ -12,6 +12,8 @@ argument rows use them, and any view that prints values beside labels can. What 
   unless one piece alone is (a 0-d value never is).
 - `word_lines(text, width)`: a sentence broken between words; a word wider than `width` is cut.
 - `pack(pieces, width)`: pieces (names, list items) joined by spaces, broken only between them.
+- `shortened(values, room)`: a value on one line of `room` characters, whole items or rows
+  left out as `…` (the diff's cells).
 - `row_lines(cells, widths)`: columns side by side, each cell a list of lines padded to its
   column's width, two spaces apart; a column of width 0 takes no room.
 """
@@ -64,6 +66,23 @@ def row_lines(cells: Sequence[Sequence[str]], widths: Sequence[int]) -> list[str
     return lines
 
 
+def shortened(value: Nested, room: int) -> str:
+    """`[1, 2, 3, …, 9]`: as many leading items as fit, then `…` and the last one; else the
+    first item alone and `…`, itself shortened the same way. Rows of a matrix are kept whole
+    where they fit, and never split across lines."""
+    text = fmt_nested(value)
+    if len(text) <= room or not isinstance(value, list) or not value:
+        return text
+    last = fmt_nested(value[-1])
+    for head in range(len(value) - 2, 0, -1):
+        shown = "[" + ", ".join([*(fmt_nested(item) for item in value[:head]), "…", last]) + "]"
+        if len(shown) <= room:
+            return shown
+    if len(value) == 1:
+        return "[" + shortened(value[0], room - 2) + "]"
+    return "[" + shortened(value[0], room - len("[, …]")) + ", …]"
+
+
 def _nested_lines(value: Nested) -> list[str]:
     """A nested list with one innermost row per line, each level indented by its bracket."""
     if not isinstance(value, list) or not value or not isinstance(value[0], list):
@@ -92,4 +111,4 @@ def pack(pieces: Sequence[str], width: int, indent: str = "") -> list[str]:
     return lines
 
 
-__all__ = ["GAP", "pack", "row_lines", "value_lines", "word_lines"]
+__all__ = ["GAP", "pack", "row_lines", "shortened", "value_lines", "word_lines"]

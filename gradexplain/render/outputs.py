@@ -55,19 +55,31 @@ def walk_output(walk: Walk, view: PinnedView, orders: Sequence[FiringOrder] | No
                  *(order_text(item) for item in orders or ()))
 
 
-def diff_output(result: HookDiff, output_format: OutputFormat) -> str | RenderableType:
-    """Legacy against full hooks in `output_format`."""
+def diff_output(result: HookDiff, walk: Walk, view: PinnedView,
+                output_format: OutputFormat) -> str | RenderableType:
+    """Legacy against full hooks in `output_format`, then the chain rule with each module
+    hook's argument at its step (`view` of `walk`); JSON adds that chain rule, which each
+    side's `step` points into."""
     if output_format == "json":
+        from gradexplain.records.codec import to_data
         from gradexplain.render.json_diff import diff_json
 
-        return json_text(diff_json(result))
+        document = diff_json(result)
+        document["chain_rule"] = [to_data(item.derivation) for item in view.derivations]
+        return json_text(document)
     if output_format == "markdown":
+        from gradexplain.render.markdown import blocks, heading
         from gradexplain.render.markdown_diff import diff_markdown
+        from gradexplain.render.markdown_pinned import pinned_markdown
 
-        return diff_markdown(result)
+        return blocks(diff_markdown(result), heading(2, "Chain rule"),
+                      pinned_markdown(view.derivations, walk.naming, 3))
+    from rich.console import Group
+
     from gradexplain.render.text_diff import diff_text
+    from gradexplain.render.text_pinned import pinned_text
 
-    return diff_text(result)
+    return Group(diff_text(result), *(pinned_text(item) for item in view.derivations))
 
 
 __all__ = ["OutputFormat", "diff_output", "json_text", "walk_output"]

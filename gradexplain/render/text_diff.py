@@ -22,11 +22,12 @@ from rich.table import Table
 from rich.text import Text
 
 from gradexplain.records.diff import ArgRow, CallDiff, HookDiff, ModuleDiff
-from gradexplain.records.numbers import fmt_nested, fmt_shape, fmt_value
+from gradexplain.records.numbers import TEXT_ELEMENTS, fmt_shape, fmt_value
 from gradexplain.records.paths import module_title
-from gradexplain.records.trace import Nested, TensorValue
+from gradexplain.records.trace import TensorValue
 from gradexplain.records.walk import LabelledArg
 from gradexplain.render.diff_headings import call_headings
+from gradexplain.render.fit import shortened
 from gradexplain.render.marks import check_mark
 
 INDENT = 2
@@ -212,26 +213,9 @@ def _values(columns: Columns, row: ArgRow) -> Iterator[Text]:
 def _shown(value: TensorValue, room: int) -> str:
     """The values, shortened to `room` characters by leaving elements out (`…`), never by
     splitting a row; a summary as its statistics."""
-    if value.value is not None and math.prod(value.shape) <= 24:
-        return fit(value.value, room)
+    if value.value is not None and math.prod(value.shape) <= TEXT_ELEMENTS:
+        return shortened(value.value, room)
     return fmt_value(value).removeprefix(fmt_shape(value.shape) + " ")
-
-
-def fit(value: Nested, room: int) -> str:
-    """`[1, 2, 3, …, 9]`: as many leading items as fit, then `…` and the last one; else the
-    first item alone and `…`, itself shortened the same way. Rows of a matrix are kept whole
-    where they fit, and never split across lines."""
-    text = fmt_nested(value)
-    if len(text) <= room or not isinstance(value, list) or not value:
-        return text
-    last = fmt_nested(value[-1])
-    for head in range(len(value) - 2, 0, -1):
-        shown = "[" + ", ".join([*(fmt_nested(item) for item in value[:head]), "…", last]) + "]"
-        if len(shown) <= room:
-            return shown
-    if len(value) == 1:
-        return "[" + fit(value[0], room - 2) + "]"
-    return "[" + fit(value[0], room - len("[, …]")) + ", …]"
 
 
 def _prose(columns: Columns, text: str, style: str) -> Iterator[Text]:
@@ -249,4 +233,4 @@ def _hanging(text: str, width: int, indent: int) -> Iterable[str]:
                          break_long_words=True) or [""]
 
 
-__all__ = ["Columns", "diff_text", "fit"]
+__all__ = ["Columns", "diff_text"]

@@ -416,6 +416,7 @@ def walk_schema() -> Schema:
 
 
 def diff_schema() -> Schema:
+    derived = Derived(closed=False)
     row = {
         "description": "One argument name in both passes; a side is null when its hook has no "
                        "such argument or did not fire.",
@@ -482,9 +483,13 @@ def diff_schema() -> Schema:
             "graph_changed": {"type": "string",
                               "description": "Present only where the full hooks changed what "
                                              "the model computes: how, in words."},
+            "chain_rule": {"type": "array", "items": derived.of(Derivation),
+                           "description": "The chain rule of each distinct call, as walk "
+                                          "JSON writes it: a side's `step` points into it."},
         },
         "required": ["schema", "torch", "spec", "modules"],
-        "$defs": {"module": module, "call": call, "row": row, **contract_defs()},
+        "$defs": {"module": module, "call": call, "row": row, **contract_defs(),
+                  **derived.sorted_defs()},
     }
 
 

@@ -22,7 +22,8 @@ from gradexplain.analysis.diff import compare
 from gradexplain.records.diff import ArgRow, CallDiff, HookDiff
 from gradexplain.records.numbers import fmt_nested
 from gradexplain.render.console import plain_text
-from gradexplain.render.text_diff import Columns, diff_text, fit
+from gradexplain.render.fit import shortened
+from gradexplain.render.text_diff import Columns, diff_text
 from tests.helpers.capture import captured
 from tests.helpers.cli import SPECS, run_cli
 from tests.helpers.diffhooks import torch_hooks
@@ -239,7 +240,7 @@ nested = st.recursive(
 
 @given(nested, st.integers(40, 100))
 def test_fit_stays_in_its_room_and_keeps_rows_whole(value: Any, room: int) -> None:
-    text = fit(value, room)
+    text = shortened(value, room)
     depth = 0
     probe = value
     while isinstance(probe, list):
