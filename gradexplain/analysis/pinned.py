@@ -8,7 +8,7 @@ step by construction; they are shown only when asked for (`node_hooks`). No torc
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
@@ -115,6 +115,7 @@ class _Refs:
     unpinned: dict[int, list[HookRef]] = field(default_factory=lambda: defaultdict(list))
 
     def __post_init__(self) -> None:
+        self.refused = {step.run for step in self.walk.runs if step.error is not None}
         for walk_pass in self.walk.passes:
             ordinals = _call_ordinals(walk_pass)
             for event in walk_pass.events:
@@ -137,7 +138,7 @@ class _Refs:
             # Zeros (where no gradient flows) and what no step shows: listed with why.
             why = ("" if meaning.kind == "zero"
                    else ": its pass's graph differs" if walk_pass.graph_changed
-                   else ": torch refused this call" if self._refused(event.run)
+                   else ": torch refused this call" if event.run in self.refused
                    else ": a sum of some shares")
             self.unpinned[event.run].append(HookRef(walk_pass.mode, event.hook, text,
                                                     arg.check, f"{meaning.text}{why}"))
@@ -145,9 +146,6 @@ class _Refs:
         side = "both" if event.hook in SHARED_HOOKS else walk_pass.mode
         found = self.by_pin.setdefault(arg.pin, {"legacy": [], "full": [], "both": []})
         found[side].append(HookRef(walk_pass.mode, event.hook, text, arg.check, note))
-
-    def _refused(self, run: int) -> bool:
-        return any(step.run == run and step.error is not None for step in self.walk.runs)
 
     def pinned(self, pin: Pin) -> Pinned:
         found = self.by_pin.get(pin)
@@ -202,19 +200,11 @@ def _ref_text(event: LabelledEvent, arg: LabelledArg, ordinals: dict[int, str],
 
 def _derivation(derivation: Derivation, refs: _Refs, naming: Naming,
                 filtered: bool) -> PinnedDerivation:
-    # Each tensor's shares in this call: the terms (edges) its whole gradient is the sum of.
-    share_steps: dict[Place | None, list[tuple[int, int]]] = defaultdict(list)
-    for index, line in enumerate(derivation.lines):
-        for number, term in enumerate(line.terms):
-            if term.edge is not None and term.at is not None:
-                share_steps[term.at].append((index, number))
-    shares: Counter[Place | None] = Counter(
-        {place: len(steps) for place, steps in share_steps.items()})
-    last_share = {place: steps[-1] for place, steps in share_steps.items()}
+    chain = _Chain(derivation, refs, naming)
     lines = []
     hidden = 0
     for index, line in enumerate(derivation.lines):
-        pinned_line = _line(derivation, index, line, refs, naming, shares, last_share)
+        pinned_line = chain.line(index, line)
         if filtered and not _has_refs(pinned_line):
             hidden += 1
             continue
@@ -228,36 +218,56 @@ def _has_refs(line: PinnedLine) -> bool:
     return bool(line.pinned) or any(term.pinned or term.total_pinned for term in line.terms)
 
 
-def _line(derivation: Derivation, index: int, line: DerivationLine, refs: _Refs,
-          naming: Naming, shares: Counter[Place | None],
-          last_share: dict[Place | None, tuple[int, int]]) -> PinnedLine:
-    seeded = derivation.seed is not None
-    of = derivation.of
-    gradient = claim_text(of, line.output, "as-is", (), (), naming, seeded)[0]
-    lines_at = {item.at for item in derivation.lines}
-    terms = []
-    for number, term in enumerate(line.terms):
-        via = None
-        if line.node == ACCUMULATE:
-            text = f"{naming.short(term.wrt)}.grad"
-        else:
-            readers = sum(1 for other in line.terms if other.at == term.at)
-            via = (Use(line.output, term.edge if readers > 1 else None)
-                   if shares[term.at] > 1 else None)
-            text = claim_text(of, term.wrt, "as-is", () if via is None else (via,), (),
-                              naming, seeded)[0]
-        pin = Pin(derivation.run, index, number)
-        total_of = None
-        total = Pinned()
-        if (shares[term.at] > 1 and term.at not in lines_at
-                and last_share.get(term.at) == (index, number)):
-            total_of = claim_text(of, term.wrt, "as-is", (), (), naming, seeded)[0]
-            total = refs.pinned(Pin(derivation.run, index, number, total=True))
-        terms.append(PinnedTerm(text, term.wrt, via, term.local, term.value, term.check,
-                                term.modified_by, refs.pinned(pin), total_of, total))
-    return PinnedLine(line.node, line.output, gradient, line.upstream, line.has_rule,
-                      shares[line.at] if line.at is not None else 0,
-                      refs.pinned(Pin(derivation.run, index)), tuple(terms))
+@dataclass
+class _Chain:
+    """One derivation's steps with their pinned arguments, and where each tensor's shares are:
+    a tensor with several shares in the call gets `the part via` on each, and its whole
+    gradient is the line that starts from it, or, with no such line, the sum after its last
+    share."""
+
+    derivation: Derivation
+    refs: _Refs
+    naming: Naming
+
+    def __post_init__(self) -> None:
+        self.shares: dict[Place, list[tuple[int, int]]] = defaultdict(list)
+        for index, line in enumerate(self.derivation.lines):
+            for number, term in enumerate(line.terms):
+                if term.edge is not None and term.at is not None:
+                    self.shares[term.at].append((index, number))
+        self.lines_at = {line.at for line in self.derivation.lines}
+
+    def claim(self, wrt: str, via: Use | None = None) -> str:
+        return claim_text(self.derivation.of, wrt, "as-is", () if via is None else (via,),
+                          (), self.naming, self.derivation.seed is not None)[0]
+
+    def count(self, place: Place | None) -> int:
+        return 0 if place is None else len(self.shares.get(place, ()))
+
+    def line(self, index: int, line: DerivationLine) -> PinnedLine:
+        run = self.derivation.run
+        terms = []
+        for number, term in enumerate(line.terms):
+            via = None
+            if line.node == ACCUMULATE:
+                text = f"{self.naming.short(term.wrt)}.grad"
+            else:
+                if self.count(term.at) > 1:
+                    readers = sum(1 for other in line.terms if other.at == term.at)
+                    via = Use(line.output, term.edge if readers > 1 else None)
+                text = self.claim(term.wrt, via)
+            total_of, total = None, Pinned()
+            if (term.at is not None and self.count(term.at) > 1
+                    and term.at not in self.lines_at
+                    and self.shares[term.at][-1] == (index, number)):
+                total_of = self.claim(term.wrt)
+                total = self.refs.pinned(Pin(run, index, number, total=True))
+            terms.append(PinnedTerm(text, term.wrt, via, term.local, term.value, term.check,
+                                    term.modified_by, self.refs.pinned(Pin(run, index, number)),
+                                    total_of, total))
+        return PinnedLine(line.node, line.output, self.claim(line.output), line.upstream,
+                          line.has_rule, self.count(line.at), self.refs.pinned(Pin(run, index)),
+                          tuple(terms))
 
 
 __all__ = ["answers", "pinned_view", "session_view"]
