@@ -8,7 +8,7 @@ step by construction; they are shown only when asked for (`node_hooks`). No torc
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
@@ -26,7 +26,7 @@ from gradexplain.records.pinned import (
     PinnedView,
 )
 from gradexplain.records.session import Session
-from gradexplain.records.trace import HookKind
+from gradexplain.records.trace import HookKind, Mode
 from gradexplain.records.walk import (
     Derivation,
     DerivationLine,
@@ -57,7 +57,8 @@ def pinned_view(walk: Walk, diff: HookDiff | None, *, node_hooks: bool = False,
              for run in (derivation.run, *derivation.repeats)}
     elsewhere = tuple(ref for run, found in sorted(refs.unpinned.items()) if run not in shown
                       for ref in found)
-    return PinnedView(answers(diff) if diff is not None else (), derivations, elsewhere)
+    return PinnedView(answers(diff) if diff is not None else (), derivations, elsewhere,
+                      tuple(sorted(refs.other_graph.items())))
 
 
 def session_view(session: Session, shown: Walk, module: str | None,
@@ -113,6 +114,7 @@ class _Refs:
     node_hooks: bool
     by_pin: dict[Pin, dict[str, list[HookRef]]] = field(default_factory=dict)
     unpinned: dict[int, list[HookRef]] = field(default_factory=lambda: defaultdict(list))
+    other_graph: Counter[Mode] = field(default_factory=Counter)
 
     def __post_init__(self) -> None:
         self.refused = {step.run for step in self.walk.runs if step.error is not None}
@@ -134,10 +136,12 @@ class _Refs:
                 else f"Σ over calls {', '.join(map(str, meaning.runs))}" if meaning.runs
                 else f"stale: left by call {meaning.stale_from}" if meaning.kind == "stale"
                 else None)
+        if arg.pin is None and walk_pass.graph_changed and meaning.kind != "zero":
+            self.other_graph[walk_pass.mode] += 1  # said once for the pass, not per argument
+            return
         if arg.pin is None:
             # Zeros (where no gradient flows) and what no step shows: listed with why.
             why = ("" if meaning.kind == "zero"
-                   else ": its pass's graph differs" if walk_pass.graph_changed
                    else ": torch refused this call" if event.run in self.refused
                    else ": a sum of some shares")
             self.unpinned[event.run].append(HookRef(walk_pass.mode, event.hook, text,

@@ -109,7 +109,17 @@ class PinnedView:
     derivations: tuple[PinnedDerivation, ...]
     # Arguments of calls no chain rule shows (torch refused them), with their labels.
     elsewhere: tuple[HookRef, ...] = ()
+    # How many arguments of a pass whose hooks changed the graph (PassWalk.graph_changed) sit
+    # on that other graph: no step of the chain rule (the legacy pass's) is theirs.
+    other_graph: tuple[tuple[Mode, int], ...] = ()
+
+
+def other_graph_text(mode: Mode, count: int) -> str:
+    """Why a pass whose hooks changed the graph has no argument pinned (PinnedView)."""
+    return (f"the {mode} pass's {count} hook arguments are on another graph (its hooks changed "
+            "what the model computes, see its note), so none is pinned to a step of the chain "
+            "rule; the timeline shows each with its label and check")
 
 
 __all__ = ["AnswerRow", "HookRef", "Pinned", "PinnedDerivation", "PinnedLine", "PinnedTerm",
-           "PinnedView"]
+           "PinnedView", "other_graph_text"]

@@ -17,6 +17,8 @@ from gradexplain.records.pinned import (
     PinnedDerivation,
     PinnedLine,
     PinnedTerm,
+    PinnedView,
+    other_graph_text,
 )
 from gradexplain.records.trace import Mode
 from gradexplain.records.walk import Use
@@ -73,9 +75,11 @@ def pinned_markdown(derivations: Sequence[PinnedDerivation], naming: Naming, lev
     return blocks(CHAIN_INTRO, *(_derivation(item, naming, level) for item in derivations))
 
 
-def elsewhere_markdown(refs: Sequence[HookRef]) -> str:
-    """The arguments of calls no chain rule shows (torch refused them)."""
-    return unpinned_markdown("In no chain rule (calls torch refused):", refs)
+def elsewhere_markdown(view: PinnedView) -> str:
+    """The arguments of calls no chain rule shows (torch refused them), and of a pass whose
+    hooks changed the graph."""
+    return blocks(unpinned_markdown("In no chain rule (calls torch refused):", view.elsewhere),
+                  *(escape(other_graph_text(mode, count)) for mode, count in view.other_graph))
 
 
 def _derivation(pinned: PinnedDerivation, naming: Naming, level: int) -> str:

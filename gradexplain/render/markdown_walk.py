@@ -67,7 +67,7 @@ def walk_markdown(walk: Walk, view: PinnedView | None = None, level: int = 2) ->
         answer,
         heading(level, "Chain rule"),
         pinned_markdown(view.derivations, walk.naming, level + 1),
-        elsewhere_markdown(view.elsewhere),
+        elsewhere_markdown(view),
         lessons_markdown(walk, level),
         timeline_markdown(walk, level),
         heading(level, "Checks"),

@@ -22,6 +22,7 @@ from gradexplain.records.pinned import (
     PinnedDerivation,
     PinnedLine,
     PinnedTerm,
+    other_graph_text,
 )
 from gradexplain.records.trace import Mode, TensorValue
 from gradexplain.render.collapse import shape_key
@@ -257,4 +258,9 @@ def _lines(lines: Sequence[str], indent: str, style: str) -> list[Text]:
     return [Text(indent + line, style=style) for line in lines]
 
 
-__all__ = ["answer_text", "pinned_text", "unpinned_lines"]
+def other_graph_lines(counts: Sequence[tuple[Mode, int]]) -> list[Text]:
+    """One line per pass whose hooks changed the graph: its arguments are on that graph."""
+    return [Text(other_graph_text(mode, count), style="yellow") for mode, count in counts]
+
+
+__all__ = ["answer_text", "other_graph_lines", "pinned_text", "unpinned_lines"]

@@ -23,7 +23,12 @@ from gradexplain.render.folding import Outline, fold_repeats
 from gradexplain.render.lessons import lessons_text
 from gradexplain.render.marks import check_mark
 from gradexplain.render.text_columns import Columns, Row, Rows
-from gradexplain.render.text_pinned import answer_text, pinned_text, unpinned_lines
+from gradexplain.render.text_pinned import (
+    answer_text,
+    other_graph_lines,
+    pinned_text,
+    unpinned_lines,
+)
 from gradexplain.render.user_hooks import user_hook_line, user_mark
 from gradexplain.render.warned import warnings_text
 
@@ -45,9 +50,10 @@ def walk_text(walk: Walk, view: PinnedView | None = None, *, collapse: bool = Tr
     parts: list[RenderableType] = [_header(walk)]
     parts.append(answer_text(view.answers, [item.mode for item in walk.passes], collapse))
     parts += [pinned_text(derivation, collapse) for derivation in view.derivations]
-    if view.elsewhere:
+    if view.elsewhere or view.other_graph:
         parts.append(Group(*unpinned_lines("in no chain rule (calls torch refused):",
-                                           view.elsewhere), Text("")))
+                                           view.elsewhere),
+                           *other_graph_lines(view.other_graph), Text("")))
     parts += lessons_text(walk)
     for walk_pass in walk.passes:
         parts.append(_pass(walk_pass, collapse) if timeline else _pass_notes(walk_pass))

@@ -170,3 +170,35 @@ def test_the_notebook_view_is_the_markdown_walk() -> None:
     (line,) = [line for line in shown.splitlines() if "`tensor hook on input`" in line]
     assert_printed(line.split(" = ")[-1].split(" ✓")[0], plain.grad.flatten().tolist(),
                    "the input's gradient")
+
+
+class SelfAttention(nn.Module):
+    """nn.MultiheadAttention as self-attention: under full hooks `query is key` is false, so
+    the full pass computes another graph than the chain rule's."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.attention = nn.MultiheadAttention(4, 2, batch_first=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        result: torch.Tensor = self.attention(x, x, x, need_weights=False)[0]
+        return result
+
+
+def test_a_pass_on_another_graph_is_said_once_not_pinned() -> None:
+    torch.manual_seed(0)
+    result = explain(SelfAttention(), torch.randn(2, 3, 4, requires_grad=True))
+    full = next(item for item in result.walk.passes if item.mode == "full")
+    assert full.graph_changed
+    # Node hooks are shown only when asked for (--hook node): not counted by default.
+    labelled = [arg for event in full.events for arg in event.args
+                if arg.meaning is not None and arg.value is not None
+                and arg.meaning.kind != "zero" and event.hook not in ("node", "node_pre")]
+    assert labelled and all(arg.pin is None for arg in labelled)
+    text = plain_text(result.text())
+    assert f"the full pass's {len(labelled)} hook arguments are on another graph" in text
+    # The legacy pass's arguments are pinned as everywhere else.
+    legacy = [arg for item in result.walk.passes if item.mode == "legacy"
+              for event in item.events for arg in event.args if arg.pin is not None]
+    assert legacy
+    assert "← legacy: " in text and "full: " not in text.split("chain rule of run 1")[1]
