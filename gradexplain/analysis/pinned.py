@@ -65,13 +65,12 @@ def session_view(session: Session, shown: Walk, module: str | None,
                  hooks: Collection[HookKind]) -> PinnedView:
     """The pinned view of `shown` (the session's walk as `render.select.select` filtered it
     with `module` and `hooks`): the answer table for the modules kept, when module backward
-    hooks are shown and both passes are."""
+    hooks are shown (the renderers show the passes kept)."""
     from gradexplain.analysis.diff import compare
     from gradexplain.render.select import select_diff
 
     backward = not hooks or any(kind in BACKWARD_HOOKS for kind in hooks)
-    diff = (select_diff(compare(session), module) if backward and len(shown.passes) == 2
-            else None)
+    diff = select_diff(compare(session), module) if backward else None
     return pinned_view(shown, diff, node_hooks=any(kind in NODE_HOOKS for kind in hooks),
                        filtered=module is not None or bool(hooks))
 

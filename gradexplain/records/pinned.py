@@ -10,6 +10,7 @@ Frozen and torch-free; `analysis/pinned.py` makes them, `render/` shows them.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gradexplain.records.check import Check
@@ -114,6 +115,17 @@ class PinnedView:
     other_graph: tuple[tuple[Mode, int], ...] = ()
 
 
+# The answer's title (text shows it in lower case, as its other section titles).
+ANSWER_TITLE = "What each module's backward hooks get"
+
+
+def compared(modes: Sequence[Mode]) -> str:
+    """What the answer sets side by side: both passes, or the one shown."""
+    if len(modes) == 2:
+        return "legacy against full"
+    return f"the {modes[0]} pass only (--pass {modes[0]})" if modes else "no pass"
+
+
 def other_graph_text(mode: Mode, count: int) -> str:
     """Why a pass whose hooks changed the graph has no argument pinned (PinnedView)."""
     return (f"the {mode} pass's {count} hook arguments are on another graph (its hooks changed "
@@ -121,5 +133,15 @@ def other_graph_text(mode: Mode, count: int) -> str:
             "rule; the timeline shows each with its label and check")
 
 
-__all__ = ["AnswerRow", "HookRef", "Pinned", "PinnedDerivation", "PinnedLine", "PinnedTerm",
-           "PinnedView", "other_graph_text"]
+__all__ = [
+    "ANSWER_TITLE",
+    "AnswerRow",
+    "HookRef",
+    "Pinned",
+    "PinnedDerivation",
+    "PinnedLine",
+    "PinnedTerm",
+    "PinnedView",
+    "compared",
+    "other_graph_text",
+]

@@ -18,6 +18,7 @@ from gradexplain.records.pinned import (
     PinnedLine,
     PinnedTerm,
     PinnedView,
+    compared,
     other_graph_text,
 )
 from gradexplain.records.trace import Mode
@@ -35,8 +36,6 @@ from gradexplain.render.markdown import (
 )
 from gradexplain.render.marks import check_cell, value_cell
 
-ANSWER_INTRO = ("What each module's backward hooks are handed, as derivatives: legacy "
-                "`register_backward_hook` against `register_full_backward_hook`.")
 CHAIN_INTRO = ("One item per autograd node, in the order autograd runs them: the gradient "
                "$g$ it starts from, then each share it hands on (its local rule applied to "
                "$g$, the value, the check against a hook-free run). ← lists the hook "
@@ -60,7 +59,10 @@ def answer_markdown(rows: Sequence[AnswerRow], modes: Sequence[Mode]) -> str:
                 line.append("=" if same else "≠")
             cells.append(line)
             name = ""
-    return blocks(ANSWER_INTRO, table(headers, cells))
+    intro = (f"What each module's backward hooks are handed, as derivatives: "
+             f"{escape(compared(modes))} (legacy: `register_backward_hook`, full: "
+             "`register_full_backward_hook`).")
+    return blocks(intro, table(headers, cells))
 
 
 def _listed(items: tuple[str, ...] | None) -> str:

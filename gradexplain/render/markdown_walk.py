@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from gradexplain.analysis.pinned import pinned_view
 from gradexplain.records.names import canonical_name
 from gradexplain.records.numbers import fmt, fmt_shape
-from gradexplain.records.pinned import PinnedView
+from gradexplain.records.pinned import ANSWER_TITLE, PinnedView
 from gradexplain.records.refusals import refusal_text
 from gradexplain.records.session import Session
 from gradexplain.records.walk import (
@@ -49,7 +49,6 @@ PASS_HOOKS = {
     "legacy": "`register_backward_hook` on every module",
     "full": "`register_full_backward_pre_hook` and `register_full_backward_hook` on every module",
 }
-ANSWER_TITLE = "What each module's backward hooks get"
 TIMELINE_HEADERS = ("#", "hook", "target", "node", "argument", "derivative", "value", "check")
 
 
@@ -283,6 +282,6 @@ def forward_values_markdown(session: Session, level: int = 3) -> str:
         ["tensor", "other names", "shape", "requires grad", "leaf", "value"], rows))
 
 
-__all__ = ["ANSWER_TITLE", "check_cell", "checks_markdown", "display_node",
+__all__ = ["check_cell", "checks_markdown", "display_node",
            "forward_values_markdown", "pass_markdown", "timeline_markdown", "timeline_table",
            "walk_markdown"]

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from gradexplain.analysis.order import FiringOrder
 from gradexplain.records.diff import HookDiff
 from gradexplain.records.paths import module_title
-from gradexplain.records.pinned import PinnedView
+from gradexplain.records.pinned import ANSWER_TITLE, PinnedView
 from gradexplain.records.session import Session
 from gradexplain.records.walk import Walk
 from gradexplain.render.lessons import lessons_sections
@@ -28,7 +28,6 @@ from gradexplain.render.markdown_pinned import (
     pinned_markdown,
 )
 from gradexplain.render.markdown_walk import (
-    ANSWER_TITLE,
     checks_markdown,
     forward_values_markdown,
     timeline_markdown,

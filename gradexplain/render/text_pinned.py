@@ -16,12 +16,14 @@ from rich.text import Text
 from gradexplain.records.check import Check
 from gradexplain.records.numbers import fmt_value
 from gradexplain.records.pinned import (
+    ANSWER_TITLE,
     AnswerRow,
     HookRef,
     Pinned,
     PinnedDerivation,
     PinnedLine,
     PinnedTerm,
+    compared,
     other_graph_text,
 )
 from gradexplain.records.trace import Mode, TensorValue
@@ -31,7 +33,6 @@ from gradexplain.render.folding import Outline, fold_repeats
 from gradexplain.render.marks import check_mark
 
 WIDTH = 100
-ANSWER_TITLE = "what each module's backward hooks get, legacy against full"
 DERIVATION_NOTE = "g: what a step starts from; →: each share it hands on; ←: the hooks that get it"
 
 
@@ -48,7 +49,9 @@ def answer_text(rows: Sequence[AnswerRow], modes: Sequence[Mode],
     header = f"{'module':<{first}}{'argument':<13}" + "   ".join(
         f"{mode:<{cell}}" for mode in modes)
     table = _AnswerTable(modes, first, cell)
-    return Group(Text(ANSWER_TITLE, style="bold underline"), Text(header.rstrip(), style="dim"),
+    title = Text(ANSWER_TITLE.lower(), style="bold underline")
+    title.append(f": {compared(modes)}", style="bold")
+    return Group(title, Text(header.rstrip(), style="dim"),
                  *fold_repeats(list(zip(names, rows, strict=True)), table.row, _answer_outline,
                                "rows", collapse),
                  Text(""))
