@@ -145,7 +145,9 @@ def walk(
     modes = pass_.modes
     kinds: list[HookKind] = [item.value for item in hook or []]
     shown = select(session.walk, modes, module, kinds)
-    view = session_view(session, shown, module, kinds)
+    # JSON has every label and pin already; only text and markdown show the view.
+    view = (None if output_format.value == "json"
+            else session_view(session, shown, module, kinds))
     orders = first_firing_orders(session.passes(modes)) if order else None
     _print(walk_output(shown, view, orders, output_format.value, collapse=not all_blocks,
                        timeline=timeline))

@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from gradexplain.records.codec import to_data
 from gradexplain.records.refusals import refusal_text
 from gradexplain.records.trace import Nested, Refusal, TensorValue
-from gradexplain.records.walk import Check, LabelledArg, LabelledEvent, Meaning, PassWalk, Walk
+from gradexplain.records.walk import (
+    Check,
+    Derivation,
+    LabelledArg,
+    LabelledEvent,
+    Meaning,
+    PassWalk,
+    Walk,
+)
 
 SCHEMA = "gradexplain.walk/1"
 
@@ -22,9 +32,19 @@ def walk_json(walk: Walk) -> dict[str, Any]:
         # Beyond the contract's keys: every call in order, with .grad around it and errors.
         "runs": [to_data(step) for step in walk.runs],
         # Beyond the contract: the chain rule each argument's `step` points into.
-        "chain_rule": [to_data(derivation) for derivation in walk.derivations],
+        "chain_rule": chain_rule_json(walk.derivations),
         "lessons": to_data(walk.lessons),
     }
+
+
+def chain_rule_json(derivations: Sequence[Derivation]) -> list[Any]:
+    """The derivations field by field, each term's check without its `expected` tensor (the
+    term's own value, when verified; the walk's JSON keeps checks as verdicts)."""
+    return [to_data(replace(derivation, lines=tuple(
+        replace(line, terms=tuple(
+            replace(term, check=None if term.check is None
+                    else replace(term.check, expected=None)) for term in line.terms))
+        for line in derivation.lines))) for derivation in derivations]
 
 
 def _pass(walk_pass: PassWalk) -> dict[str, Any]:

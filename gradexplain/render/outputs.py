@@ -24,13 +24,13 @@ def json_text(document: object) -> str:
     return json.dumps(document, ensure_ascii=False, indent=1) + "\n"
 
 
-def walk_output(walk: Walk, view: PinnedView, orders: Sequence[FiringOrder] | None,
+def walk_output(walk: Walk, view: PinnedView | None, orders: Sequence[FiringOrder] | None,
                 output_format: OutputFormat, collapse: bool = True,
                 timeline: bool = False) -> str | RenderableType:
     """The walk in `output_format`, with the firing orders when asked for (`orders` not None;
     JSON then has its `firing_order` key even when no pass made a hook call). Text and
-    markdown open with `view` (the answer, the pinned chain rule); text shows the passes'
-    timelines only with `timeline`, markdown always (in folded sections)."""
+    markdown open with `view` (the answer, the pinned chain rule; None: the walk's own, without
+    the answer); text shows the passes' timelines only with `timeline`, markdown always."""
     if output_format == "json":
         from gradexplain.records.codec import to_data
         from gradexplain.render.json_walk import walk_json
@@ -61,11 +61,11 @@ def diff_output(result: HookDiff, walk: Walk, view: PinnedView,
     hook's argument at its step (`view` of `walk`); JSON adds that chain rule, which each
     side's `step` points into."""
     if output_format == "json":
-        from gradexplain.records.codec import to_data
         from gradexplain.render.json_diff import diff_json
+        from gradexplain.render.json_walk import chain_rule_json
 
         document = diff_json(result)
-        document["chain_rule"] = [to_data(item.derivation) for item in view.derivations]
+        document["chain_rule"] = chain_rule_json([item.derivation for item in view.derivations])
         return json_text(document)
     if output_format == "markdown":
         from gradexplain.render.markdown import blocks, heading
