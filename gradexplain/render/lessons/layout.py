@@ -167,15 +167,23 @@ def table_lines(columns: Sequence[Column], rows: Sequence[Sequence[Cell]], width
 def _column_widths(columns: Sequence[Column], rows: Sequence[Sequence[Cell]],
                    width: int) -> list[int]:
     """Each column as wide as its widest cell on one line; when that is too wide, the column
-    with the most to give gives a character at a time: text down to TEXT_MIN, values down to
-    their widest row, then anything down to what it cannot go below."""
+    with the most to give gives a character at a time: text down to TEXT_MIN and values down
+    to their widest row, then text down to its longest word, then values to their summaries."""
     table = [[column.header, *(row[index] for row in rows)] for index, column in
              enumerate(columns)]
     natural = [max(_one_line_width(cell) for cell in cells) for cells in table]
     soft = [max(_soft_min(cell) for cell in cells) for cells in table]
-    hard = [max(_hard_min(cell) for cell in cells) for cells in table]
+    # A column whose cell sits on the row's last line (a mark) never wraps: it would leave its
+    # first words above the line it belongs to.
+    hard = [natural[index] if column.at_end else max(_hard_min(cell) for cell in table[index])
+            for index, column in enumerate(columns)]
+    soft = [max(size, floor) for size, floor in zip(soft, hard, strict=True)]
+    values = [any(isinstance(cell, Shown) for cell in cells) for cells in table]
+    # Text gives way first, to its longest word, before a value loses its rows.
+    text_first = [h if not value else s for h, s, value in zip(hard, soft, values, strict=True)]
     sizes = list(natural)
     for floors in ([min(s, n) for s, n in zip(soft, natural, strict=True)],
+                   [min(t, n) for t, n in zip(text_first, natural, strict=True)],
                    [min(h, n) for h, n in zip(hard, natural, strict=True)]):
         while sum(sizes) + GAP * (len(sizes) - 1) > width:
             slack = [size - floor for size, floor in zip(sizes, floors, strict=True)]
