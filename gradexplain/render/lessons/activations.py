@@ -15,11 +15,11 @@ from collections.abc import Sequence
 
 from rich.console import Group, RenderableType
 from rich.padding import Padding
-from rich.table import Table
 from rich.text import Text
 
 from gradexplain.records.lessons.activations import ActivationLesson, ForwardCall, StoredEntry
 from gradexplain.records.numbers import fmt, fmt_value
+from gradexplain.render.lessons.layout import Cell, Column, Fitted, Shown, prose, table_lines
 from gradexplain.render.markdown import blocks, bold, bullets, code, escape, heading, table
 
 TITLE = "Forward-hook captures"
@@ -34,7 +34,7 @@ def activations_text(lessons: Sequence[ActivationLesson]) -> RenderableType:
     if not lessons:
         return Group()
     parts: list[RenderableType] = [Text(TITLE, style="bold underline"),
-                                   Text(SUBTITLE, style="dim"), Text("")]
+                                   _prose(SUBTITLE, "dim"), Text("")]
     for lesson in lessons:
         parts += [_lesson_text(lesson), Text("")]
     return Group(*parts)
@@ -138,33 +138,44 @@ def entry_check(entry: StoredEntry) -> str:
 # Text.
 
 def _lesson_text(lesson: ActivationLesson) -> RenderableType:
-    mark = Text(" ✓", style="green") if lesson.verified else Text(" ✗ FAILED", style="bold red")
-    parts: list[RenderableType] = [Text.assemble((title(lesson), "bold cyan"), mark)]
-    body: list[RenderableType] = [Text(stored_sentence(lesson))]
-    forwards = Table(box=None, pad_edge=False, padding=(0, 2, 0, 0), show_edge=False,
-                     header_style="bold")
-    for header in FORWARD_HEADERS:
-        forwards.add_column(header.format(name=lesson.name), no_wrap=True)
-    for forward in lesson.forwards:
-        forwards.add_row(fmt(forward.number), hook_state(forward), fmt(forward.entries),
-                         fmt(forward.stored_count),
-                         "handle.remove()" if forward.removed_after else "")
-    body += [forwards, Text(removal_sentence(lesson))]
+    mark, mark_style = ("✓", "green") if lesson.verified else ("✗ FAILED", "bold red")
+    heading = f"{title(lesson)} {mark}"
+
+    def head(width: int) -> list[Text]:
+        lines = prose(heading, width, "bold cyan")
+        lines[-1].stylize(mark_style, len(lines[-1]) - len(mark))
+        return lines
+
+    body: list[RenderableType] = [_prose(stored_sentence(lesson))]
+    forwards: list[list[Cell]] = [
+        [fmt(forward.number), hook_state(forward), fmt(forward.entries),
+         fmt(forward.stored_count), "handle.remove()" if forward.removed_after else ""]
+        for forward in lesson.forwards]
+    forward_columns = [Column(header.format(name=lesson.name)) for header in FORWARD_HEADERS]
+    body += [Fitted(lambda width: table_lines(forward_columns, forwards, width, "bold")),
+             _prose(removal_sentence(lesson))]
     if lesson.stored:
-        entries = Table(box=None, pad_edge=False, padding=(0, 2, 0, 0), show_edge=False,
-                        header_style="bold")
-        entries.add_column(ENTRY_HEADERS[0], no_wrap=True)
-        entries.add_column(ENTRY_HEADERS[1], no_wrap=True)
-        entries.add_column(ENTRY_HEADERS[2], ratio=1)
-        entries.add_column(ENTRY_HEADERS[3], no_wrap=True)
-        for entry in lesson.stored:
-            style = "green" if entry.verified else "bold red"
-            entries.add_row(f"{lesson.name}[{fmt(entry.index)}]", entry_source(entry, lesson),
-                            _values(entry), Text(entry_check(entry), style=style))
-        body.append(entries)
-    body.append(Text(check_sentence(lesson), style="green" if lesson.verified else "bold red"))
-    parts.append(Padding(Group(*body), (0, 0, 0, 2)))
-    return Group(*parts)
+        entries: list[list[Cell]] = [
+            [f"{lesson.name}[{fmt(entry.index)}]", entry_source(entry, lesson),
+             *_value_cells(entry),
+             Text(entry_check(entry), style="green" if entry.verified else "bold red")]
+            for entry in lesson.stored]
+        entry_columns = [Column(header, at_end=header == "check") for header in ENTRY_HEADERS]
+        body.append(Fitted(lambda width: table_lines(entry_columns, entries, width, "bold")))
+    body.append(_prose(check_sentence(lesson), "green" if lesson.verified else "bold red"))
+    return Group(Fitted(head), Padding(Group(*body), (0, 0, 0, 2)))
+
+
+def _prose(text: str, style: str = "") -> Fitted:
+    return Fitted(lambda width: prose(text, width, style))
+
+
+def _value_cells(entry: StoredEntry) -> list[Cell]:
+    """The entry's value as one cell: a tensor laid out by rows, or the values as text when
+    the hook stored several (or none)."""
+    if len(entry.values) == 1:
+        return [Shown(entry.values[0])]
+    return [_values(entry)]
 
 
 # Markdown.

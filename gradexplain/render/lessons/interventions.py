@@ -15,11 +15,11 @@ from collections.abc import Sequence
 
 from rich.console import Group, RenderableType
 from rich.padding import Padding
-from rich.table import Table
 from rich.text import Text
 
 from gradexplain.records.lessons.interventions import GradChange, InterventionLesson
 from gradexplain.records.numbers import fmt, fmt_value
+from gradexplain.render.lessons.layout import Cell, Column, Fitted, Shown, prose, table_lines
 from gradexplain.render.markdown import blocks, bold, bullets, code, escape, heading, table
 
 TITLE = "Interventions: hooks that return a replacement gradient"
@@ -40,7 +40,7 @@ def intervention_text(lessons: Sequence[InterventionLesson]) -> RenderableType:
     if not lessons:
         return Group()
     parts: list[RenderableType] = [Text(TITLE, style="bold underline"),
-                                   Text(SUBTITLE, style="dim"), Text("")]
+                                   _prose(SUBTITLE, "dim"), Text("")]
     for number, lesson in enumerate(lessons, 1):
         parts += [_lesson_text(number, lesson), Text("")]
     return Group(*parts)
@@ -146,53 +146,56 @@ def _replaced_rows(lesson: InterventionLesson) -> list[tuple[str, str, str, str,
 
 
 def _lesson_text(number: int, lesson: InterventionLesson) -> RenderableType:
-    parts: list[RenderableType] = [Text.assemble((f"{number}. ", "dim"),
-                                                 (title(lesson), "bold"))]
-    body: list[RenderableType] = [Text(run_sentence(lesson), style="dim italic")]
+    heading_ = f"{number}. {title(lesson)}"
+
+    def head(width: int) -> list[Text]:
+        lines = prose(heading_, width, "bold", hang=3)
+        lines[0].stylize("not bold dim", 0, len(f"{number}. "))
+        return lines
+
+    body: list[RenderableType] = [_prose(run_sentence(lesson), "dim italic")]
     if lesson.replaced:
         body.append(Text("what the hook replaced", style="underline"))
-        replaced = _grid(REPLACED_HEADERS)
-        for row in _replaced_rows(lesson):
-            # Text, not str: rich would read a cell such as `[inf, -inf]` as markup.
-            replaced.add_row(*(Text(cell) for cell in row))
-        body.append(replaced)
+        rows: list[list[Cell]] = [
+            [call, argument, flows, Shown(item.before), Shown(item.after)]
+                for (call, argument, flows, _, _), item in zip(_replaced_rows(lesson),
+                                                               lesson.replaced, strict=True)]
+        columns = [Column(header) for header in REPLACED_HEADERS]
+        body.append(Fitted(lambda width: table_lines(columns, rows, width)))
     elif lesson.call:
         body.append(Text("the hook never fired: nothing was replaced"))
     if lesson.error is not None:
         style = "green" if lesson.expected_error else "bold red"
-        body.append(Text(error_verdict(lesson), style=style))
-        body.append(Text(f"torch: {lesson.error}"))
+        body.append(_prose(error_verdict(lesson), style))
+        body.append(_prose(f"torch: {lesson.error}"))
         if lesson.error_rule is not None:
-            body.append(Text(f"rule: {lesson.error_rule}"))
+            body.append(_prose(f"rule: {lesson.error_rule}"))
     if lesson.changes:
         body.append(Text("every gradient without and with the hook", style="underline"))
-        changes = _grid(CHANGE_HEADERS)
-        for change in lesson.changes:
-            changes.add_row(Text(row_name(change)), Text(fmt_value(change.without)),
-                            Text(fmt_value(change.with_)),
-                            Text(change_mark(change), style="bold" if change.changed else "dim"),
-                            _check_text(change))
-        body.append(changes)
+        body.append(Fitted(lambda width: _changes_lines(lesson, width)))
         style = "green" if lesson.verified else ("bold red" if lesson.verified is False
                                                  else "dim")
-        body.append(Text(check_sentence(lesson), style=style))
-        body.append(Text(f"rule: {lesson.rule}"))
+        body.append(_prose(check_sentence(lesson), style))
+        body.append(_prose(f"rule: {lesson.rule}"))
     for warning in lesson.warnings:
-        body.append(Text(f"torch warned: {warning}", style="yellow"))
-    parts.append(Padding(Group(*body), (0, 0, 0, 3)))
-    return Group(*parts)
+        body.append(_prose(f"torch warned: {warning}", "yellow"))
+    return Group(Fitted(head), Padding(Group(*body), (0, 0, 0, 3)))
 
 
-def _grid(headers: Sequence[str]) -> Table:
-    grid = Table(box=None, padding=(0, 2, 0, 0), show_edge=False, header_style="dim")
-    for header in headers:
-        grid.add_column(header, overflow="fold")
-    return grid
+def _prose(text: str, style: str = "") -> Fitted:
+    return Fitted(lambda width: prose(text, width, style))
 
 
-def _check_text(change: GradChange) -> Text:
-    mark = check_mark(change)
-    return Text(mark, style="green" if change.verified else "bold red")
+def _changes_lines(lesson: InterventionLesson, width: int) -> list[Text]:
+    """The table of every gradient without and with the hook, each value's rows kept whole and
+    its check mark on the value's last line."""
+    columns = [Column(header, at_end=header == "check") for header in CHANGE_HEADERS]
+    rows: list[list[Cell]] = [
+        [row_name(change), Shown(change.without), Shown(change.with_),
+         Text(change_mark(change), style="bold" if change.changed else "dim"),
+         Text(check_mark(change), style="green" if change.verified else "bold red")]
+        for change in lesson.changes]
+    return table_lines(columns, rows, width)
 
 
 # --- markdown ----------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ Renderers return values and never print; numbers go through fmt. No torch here.
 from __future__ import annotations
 
 import math as pymath
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from rich.console import Group, RenderableType
 from rich.padding import Padding
@@ -22,6 +22,7 @@ from gradexplain.records.names import Naming
 from gradexplain.records.numbers import TEXT_ELEMENTS, fmt, fmt_shape, fmt_value
 from gradexplain.records.trace import Nested, TensorValue
 from gradexplain.render.latex import tensor_latex
+from gradexplain.render.lessons.layout import Fitted, labelled, prose, prose_lines
 from gradexplain.render.markdown import (
     blocks,
     bold,
@@ -37,8 +38,6 @@ from gradexplain.render.markdown import (
 VJP_LATEX = r"v^{\top} J"
 SUM_LATEX = r"v^{\top} J = \sum_{i} v_{i} J_{i}"
 
-# Rows of J up to this many characters are padded to line up in the text's Σᵢ vᵢ·J[i].
-ALIGNED_ROW_WIDTH = 60
 # How many samples' m×n blocks are shown of a per-sample Jacobian.
 SAMPLES_SHOWN = 3
 
@@ -215,58 +214,116 @@ def _intro(lessons: Sequence[VjpLesson]) -> str:
 
 
 def vjp_text(lessons: tuple[VjpLesson, ...]) -> RenderableType:
-    """Every lesson as plain rich Text, readable at 100 columns."""
+    """Every lesson as plain rich Text, laid out at the width it is printed at (layout.py)."""
+    intro = _intro(lessons)
     parts: list[RenderableType] = [Text("vector-Jacobian products", style="bold underline"),
-                                   Text(_intro(lessons), style="dim"), Text("")]
+                                   Fitted(lambda width: prose(intro, width, "dim")), Text("")]
     for lesson in lessons:
         parts.append(_lesson_text(lesson))
     return Group(*parts)
 
 
 def _lesson_text(lesson: VjpLesson) -> RenderableType:
-    lines: list[RenderableType] = [Text(_title(lesson), style="bold")]
+    title = _title(lesson)
+    lines: list[RenderableType] = [Fitted(lambda width: prose(title, width, "bold"))]
 
-    def line(text: str, style: str = "", indent: int = 2) -> None:
-        # Padding, not leading spaces, so that a wrapped line keeps its indent.
-        lines.append(Padding(Text(text, style=style), (0, 0, 0, indent)))
+    def add(lay_out: Callable[[int], list[str]], style: str = "", indent: int = 2) -> None:
+        # Padding, not leading spaces: lines are laid out in the room it leaves.
+        lines.append(Padding(Fitted(lambda width: [Text(line, style=style)
+                                                   for line in lay_out(width)]),
+                             (0, 0, 0, indent)))
 
-    line(f"{lesson.of} {fmt_shape(lesson.of_shape)}, {lesson.wrt} "
-         f"{fmt_shape(lesson.wrt_shape)}; {seed_text(lesson)}")
-    line(meaning_text(lesson), "italic")
-    line(jacobian_text(lesson))
+    def sentence(text: str, style: str = "", indent: int = 2) -> None:
+        add(lambda width: prose_lines(text, width), style, indent)
+
+    add(lambda width: _seed_lines(lesson, width))
+    sentence(meaning_text(lesson), "italic")
+    add(lambda width: _jacobian_lines(lesson, width))
     if lesson.jacobian_method is not None:
-        line(f"(J from {METHODS[lesson.jacobian_method]})", "dim", 4)
-    terms = term_lines(lesson)
-    if terms:
-        line(f"vᵀJ = Σᵢ vᵢ·J[i], one term per element of {lesson.of}:")
-        weight_width = max(len(weight) for _, weight, _, _ in terms)
-        row_width = max(len(row) for _, _, row, _ in terms)
-        # Aligned columns help short rows; long rows wrap anyway, and padding them only adds gaps.
-        row_width = row_width if row_width <= ALIGNED_ROW_WIDTH else 0
-        for operator, weight, row, element in terms:
-            line(f"{operator} {weight:>{weight_width}} · {row:<{row_width}}   ({element})",
-                 indent=4)
-        line(f"= {fmt_value(lesson.result)}", indent=4)
-    line(result_text(lesson))
+        sentence(f"(J from {METHODS[lesson.jacobian_method]})", "dim", 4)
+    if lesson.rows:
+        sentence(f"vᵀJ = Σᵢ vᵢ·J[i], one term per element of {lesson.of}:")
+        add(lambda width: _term_lines(lesson, width), indent=4)
+    add(lambda width: labelled("vᵀJ = ", lesson.result, f", shape "
+                               f"{fmt_shape(lesson.result.shape)} ({result_source(lesson)})",
+                               width))
     if lesson.per_sample is not None:
-        line(per_sample_text(lesson))
-        for number, block in sample_blocks(lesson):
-            line(f"sample {number}: {block}", indent=4)
+        sentence(per_sample_text(lesson))
+        add(lambda width: _sample_lines(lesson, width), indent=4)
         summed = column_sum_text(lesson)
         if summed is not None:
-            line(summed)
+            sentence(summed)
     elif lesson.per_sample_skipped is not None:
-        line(lesson.per_sample_skipped, "dim")
-    for identity in lesson.identities:
-        lines.append(Padding(_identity_line(identity), (0, 0, 0, 2)))
+        sentence(lesson.per_sample_skipped, "dim")
+    lines += [Padding(_identity_text(identity), (0, 0, 0, 2)) for identity in lesson.identities]
     lines.append(Text(""))
     return Group(*lines)
 
 
-def _identity_line(identity: Identity) -> Text:
-    if identity.verified:
-        return Text.assemble(("✓", "green"), " ", identity_text(identity))
-    return Text.assemble(("✗ FAILED", "bold red"), " ", identity_text(identity))
+def _seed_lines(lesson: VjpLesson, width: int) -> list[str]:
+    """`y [2], x [2]; v = [100, 0.1], the gradient argument, shape [2]`, a matrix seed one row
+    per line."""
+    shapes = (f"{lesson.of} {fmt_shape(lesson.of_shape)}, {lesson.wrt} "
+              f"{fmt_shape(lesson.wrt_shape)}; ")
+    if lesson.seed_kind in ("ones", "one_hot"):
+        return prose_lines(shapes + seed_text(lesson), width)
+    what = "the gradient argument" if lesson.seed_kind == "gradient" else "grad_outputs"
+    return labelled(shapes + "v = ", lesson.seed,
+                    f", {what}, shape {fmt_shape(lesson.seed.shape)}", width)
+
+
+def _jacobian_lines(lesson: VjpLesson, width: int) -> list[str]:
+    """`J = ∂y/∂x: shape [2, 2], [[3, 0], [0, 3]]`, J one row per line where it does not fit."""
+    if lesson.jacobian is None or pymath.prod(lesson.jacobian.shape) > TEXT_ELEMENTS:
+        return prose_lines(jacobian_text(lesson), width)
+    return labelled(f"J = ∂{lesson.of}/∂{lesson.wrt}: shape {fmt_shape(lesson.jacobian.shape)}, ",
+                    lesson.jacobian, "", width)
+
+
+def _term_lines(lesson: VjpLesson, width: int) -> list[str]:
+    """`+ 0.1 · [0, 3]   (y[1])` per term, then `= [300, 0.3]`: rows padded to line up when
+    every term fits on a line that way, else each J[i] one matrix row per line."""
+    terms = term_lines(lesson)
+    weight_width = max(len(weight) for _, weight, _, _ in terms)
+    heads = [f"{operator} {weight:>{weight_width}} · " for operator, weight, _, _ in terms]
+    rows = [fmt_value(term.row) for term in lesson.rows]
+    tails = [f"   ({element})" for _, _, _, element in terms]
+    row_width = max(len(row) for row in rows)
+    if all(len(head) + row_width + len(tail) <= width
+           for head, tail in zip(heads, tails, strict=True)):
+        # Aligned columns help short rows; rows wider than a line are not aligned.
+        lines = [f"{head}{row:<{row_width}}{tail}" for head, row, tail in zip(heads, rows, tails,
+                                                                              strict=True)]
+    else:
+        lines = [line for head, term, tail in zip(heads, lesson.rows, tails, strict=True)
+                 for line in labelled(head, term.row, tail, width)]
+    return lines + labelled("= ", lesson.result, "", width)
+
+
+def _sample_lines(lesson: VjpLesson, width: int) -> list[str]:
+    """`sample 0: [[...], [...]]` for the first samples, each block one row per line when it
+    does not fit on one."""
+    if lesson.per_sample is None:
+        return []
+    jacobian = lesson.per_sample.jacobian
+    lines: list[str] = []
+    for number, _ in sample_blocks(lesson):
+        assert isinstance(jacobian.value, list)
+        block = TensorValue(jacobian.shape[1:], jacobian.dtype, jacobian.value[number])
+        lines += labelled(f"sample {number}: ", block, "", width)
+    return lines
+
+
+def _identity_text(identity: Identity) -> Fitted:
+    """`✓ vᵀJ = Σᵢ vᵢ·J[i] (max abs error 0)`, the mark styled and kept with its words."""
+    mark, style = ("✓", "green") if identity.verified else ("✗ FAILED", "bold red")
+
+    def lay_out(width: int) -> list[Text]:
+        lines = prose(f"{mark} {identity_text(identity)}", width)
+        lines[0].stylize(style, 0, len(mark))
+        return lines
+
+    return Fitted(lay_out)
 
 
 # --- markdown ----------------------------------------------------------------------------------
