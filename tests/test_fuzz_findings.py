@@ -203,9 +203,9 @@ def test_an_intervention_check_with_inf_gradients(tmp_path: Path) -> None:
     # check (with = without + the replacement's share) compared inf with inf and said ✗.
     path = spec_variant(tmp_path, "intervene_legacy.yaml", "params: {p: [3.0, 4.0]}",
                         "params: {p: [3.4e+38, 4.0]}")
-    result = run_cli("walk", str(path))
+    result = run_cli("walk", str(path), "--timeline")
     assert result.code == 0, result.stdout[-2000:]
-    assert "inf" in result.stdout  # the premise: the run really met infinities
+    assert "inf" in result.stdout  # the premise: the run really met infinities (forward values)
     assert "FAILED" not in result.stdout
 
 

@@ -123,8 +123,10 @@ def pinned_text(pinned: PinnedDerivation, collapse: bool = True) -> RenderableTy
     lines: list[Text] = [Text(title, style="bold underline"),
                          Text(DERIVATION_NOTE, style="dim")]
     if derivation.seed is not None:
-        lines.append(Text(f"seed gradient v = {fmt_value(derivation.seed)}: every g below is "
-                          f"vᵀ·∂{derivation.of}/∂(·), a vector-Jacobian product", style="dim"))
+        seed = Text("seed gradient v = ", style="dim")
+        _value(seed, derivation.seed, None, "    ")
+        lines += [*_split(seed), Text(f"  every g below is vᵀ·∂{derivation.of}/∂(·), a "
+                                      "vector-Jacobian product", style="dim")]
     steps = fold_repeats(pinned.lines, lambda line: Group(*_line(line)), _line_outline,
                          "steps", collapse)
     hidden = [Text(f"  ({pinned.hidden} steps with none of the shown hook arguments left out)",

@@ -17,7 +17,7 @@ from gradexplain.records.pinned import PinnedLine, PinnedTerm
 from gradexplain.render.console import plain_text
 from gradexplain.render.text_walk import walk_text
 from tests.helpers.articles import two_modules_in_torch
-from tests.helpers.capture import captured
+from tests.helpers.capture import capture_text, captured
 from tests.helpers.cli import SPECS, run_cli
 from tests.helpers.printed import assert_printed
 
@@ -202,3 +202,21 @@ def test_a_pass_on_another_graph_is_said_once_not_pinned() -> None:
               for event in item.events for arg in event.args if arg.pin is not None]
     assert legacy
     assert "← legacy: " in text and "full: " not in text.split("chain rule of run 1")[1]
+
+
+def test_a_matrix_seed_keeps_its_rows_whole() -> None:
+    """backward(gradient=V) with a 4x4 V too wide for one line: one row of V per line."""
+    seed = [[round(0.123457 * (row + 1) + 0.011 * column, 6) for column in range(4)]
+            for row in range(4)]
+    text = ("name: matrix_seed\ninputs:\n  x: {randn: [4, 4], requires_grad: true}\n"
+            "forward:\n  - \"y = tanh(x)\"\n"
+            f"backward:\n  - {{of: y, gradient: {seed}}}\n")
+    session = capture_text(text, "matrix_seed.yaml")
+    shown = plain_text(walk_text(session.walk))
+    lines = shown.splitlines()
+    start = next(number for number, line in enumerate(lines)
+                 if line.startswith("seed gradient v ="))
+    rows = lines[start + 1:start + 5]
+    for line, row in zip(rows, seed, strict=True):
+        assert_printed(line, row, "a row of the seed")
+    assert all(len(line) <= 100 for line in lines)
