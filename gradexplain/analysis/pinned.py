@@ -161,14 +161,10 @@ class _Refs:
             alike = [other for other in shared if other.text == ref.text]
             if {other.mode for other in alike} == {"legacy", "full"}:
                 # One line for both passes, showing a failed check if either has one.
-                sides["both"].append(min(alike, key=_verified))
+                sides["both"].append(min(alike, key=lambda item: item.holds))
             else:
                 sides[ref.mode].append(ref)
         return Pinned(*(tuple(_once(sides[side])) for side in ("legacy", "full", "both")))
-
-
-def _verified(ref: HookRef) -> bool:
-    return ref.check is None or ref.check.verified
 
 
 def _once(refs: list[HookRef]) -> list[HookRef]:

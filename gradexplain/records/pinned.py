@@ -30,6 +30,11 @@ class HookRef:
     check: Check | None
     note: str | None = None
 
+    @property
+    def holds(self) -> bool:
+        """Its label's check did not fail (or it has none: zeros, a changed value)."""
+        return self.check is None or self.check.verified
+
 
 @dataclass(frozen=True)
 class Pinned:

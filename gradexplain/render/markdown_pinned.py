@@ -172,8 +172,7 @@ def _pins(pinned: Pinned) -> str:
 
 def _ref(ref: HookRef) -> str:
     text = code(ref.text) + (f" ({escape(ref.note)})" if ref.note else "")
-    verified = ref.check is None or ref.check.verified
-    return text + ("" if verified else " **✗ FAILED**")
+    return text + ("" if ref.holds else " **✗ FAILED**")
 
 
 __all__ = ["answer_markdown", "elsewhere_markdown", "pinned_markdown"]

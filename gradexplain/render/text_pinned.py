@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from rich.console import Group, RenderableType
 from rich.text import Text
 
-from gradexplain.records.check import Check
 from gradexplain.records.numbers import fmt_value
 from gradexplain.records.pinned import (
     ANSWER_TITLE,
@@ -147,8 +146,7 @@ def _line_outline(line: PinnedLine) -> Outline:
             *(f"{ref.mode} {_ref(ref)}" for ref in refs)]
     text = "\n".join(rows)
     checks = [term.check for term in line.terms if term.check is not None]
-    failed = not all(check.verified for check in
-                     checks + [ref.check for ref in refs if ref.check is not None])
+    failed = not all(check.verified for check in checks) or not all(ref.holds for ref in refs)
     values = (line.upstream, *(term.value for term in line.terms))
     shape = None if failed else (shape_key(text), tuple(
         None if value is None else value.shape for value in values))
@@ -252,11 +250,7 @@ def _pins(pinned: Pinned, indent: str) -> list[Text]:
 
 def _ref(ref: HookRef) -> str:
     text = ref.text + (f" ({ref.note})" if ref.note else "")
-    return text + ("" if _verified(ref.check) else " ✗ FAILED")
-
-
-def _verified(check: Check | None) -> bool:
-    return check is None or check.verified
+    return text + ("" if ref.holds else " ✗ FAILED")
 
 
 def _lines(lines: Sequence[str], indent: str, style: str) -> list[Text]:

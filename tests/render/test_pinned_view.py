@@ -6,6 +6,7 @@ filters narrow every section; the notebook view is the same; plain torch is the 
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import pytest
 import torch
@@ -15,6 +16,7 @@ from gradexplain import explain
 from gradexplain.analysis.pinned import pinned_view
 from gradexplain.records.pinned import PinnedLine, PinnedTerm
 from gradexplain.render.console import plain_text
+from gradexplain.render.markdown_walk import walk_markdown
 from gradexplain.render.text_walk import walk_text
 from tests.helpers.articles import two_modules_in_torch
 from tests.helpers.capture import capture_text, captured
@@ -220,3 +222,20 @@ def test_a_matrix_seed_keeps_its_rows_whole() -> None:
     for line, row in zip(rows, seed, strict=True):
         assert_printed(line, row, "a row of the seed")
     assert all(len(line) <= 100 for line in lines)
+
+
+def test_a_failed_label_is_loud_at_its_step() -> None:
+    """A pinned argument whose check failed says so where it is pinned, in text and markdown."""
+    walk = captured("two_modules.yaml").walk
+    legacy = walk.passes[0]
+    number, event = next((number, event) for number, event in enumerate(legacy.events)
+                         if event.hook == "backward" and event.target == "module2")
+    arg = event.args[0]
+    assert arg.check is not None and arg.pin is not None
+    broken = replace(arg, check=replace(arg.check, verified=False))
+    events = list(legacy.events)
+    events[number] = replace(event, args=(broken, *event.args[1:]))
+    walk = replace(walk, passes=(replace(legacy, events=tuple(events)), *walk.passes[1:]))
+    text = plain_text(walk_text(walk))
+    assert "module2.grad_input[0] ✗ FAILED" in " ".join(text.split())
+    assert "`module2.grad_input[0]` **✗ FAILED**" in walk_markdown(walk)
