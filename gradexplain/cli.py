@@ -123,7 +123,9 @@ def walk(
     Two passes on identical builds (legacy register_backward_hook, then full backward hooks),
     each with forward, tensor, post-accumulate-grad and autograd Node hooks. Every gradient
     argument is labelled from the autograd graph and checked against a hook-free run; the
-    chain rule is derived node by node. JSON output is schema gradexplain.walk/1. Exit 0 when
+    chain rule is derived node by node. Text opens with what each module's legacy and full
+    hooks get, then the chain rule with every hook argument at its step (--timeline adds each
+    pass's hook calls in firing order). JSON output is schema gradexplain.walk/1. Exit 0 when
     every check holds, 1 when one fails, 2 for a bad spec or option.
 
     SPEC may also be your own model: `gradexplain walk models.py:make_model --input 4x3`
@@ -174,8 +176,9 @@ def diff(
     For every module, its register_backward_hook call beside its register_full_backward_hook
     call: what each argument holds (derivative, shape, value, check), why they differ (the
     node the legacy hook sits on, inputs it cannot see, extra entries, operand order, hooks
-    that never fire, zeros and None), and a verdict in plain words. JSON output is schema
-    gradexplain.diff/1. Exit 0, or 1 when a label failed its check, 2 for bad input.
+    that never fire, zeros and None), and a verdict in plain words; then the chain rule with
+    each module hook's argument at its step. JSON output is schema gradexplain.diff/1. Exit
+    0, or 1 when a label failed its check, 2 for bad input.
     """
     from gradexplain.analysis.diff import compare
     from gradexplain.analysis.pinned import BACKWARD_HOOKS, pinned_view
