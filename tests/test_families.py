@@ -19,18 +19,9 @@ from gradexplain import explain
 from gradexplain.threads import torch_threads
 from tests.helpers.naming import assert_names_unique
 from tests.helpers.pins import pin_problems
+from tests.helpers.pymodels import SelfAttention
 from tests.helpers.pyoracle import assert_module_hooks_match, hook_calls, seeded
 from tests.helpers.resnet import make_resnet18
-
-
-class SelfAttention(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.attn = nn.MultiheadAttention(4, 2, batch_first=True)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out: torch.Tensor = self.attn(x, x, x, need_weights=False)[0]
-        return out
 
 
 class TinyViT(nn.Module):

@@ -208,6 +208,19 @@ def make_dropout() -> nn.Sequential:
     return nn.Sequential(nn.Linear(3, 8), nn.Dropout(0.5), nn.Linear(8, 2))
 
 
+class SelfAttention(nn.Module):
+    """nn.MultiheadAttention as self-attention (`attn(x, x, x)`): under full hooks its
+    `query is key` test is false, so the full pass computes another graph."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.attn = nn.MultiheadAttention(4, 2, batch_first=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.attn(x, x, x, need_weights=False)[0]
+        return out
+
+
 class TransposedProduct(nn.Module):
     """An unnamed intermediate (`x * 2`) whose only use is a transpose: `(x * 2).t() @ w.t()`."""
 

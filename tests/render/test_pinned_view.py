@@ -22,6 +22,7 @@ from tests.helpers.articles import two_modules_in_torch
 from tests.helpers.capture import capture_text, captured
 from tests.helpers.cli import SPECS, run_cli
 from tests.helpers.printed import assert_printed
+from tests.helpers.pymodels import SelfAttention
 
 SPEC_FILES = sorted(path.name for path in SPECS.glob("*.yaml"))
 
@@ -174,20 +175,9 @@ def test_the_notebook_view_is_the_markdown_walk() -> None:
                    "the input's gradient")
 
 
-class SelfAttention(nn.Module):
-    """nn.MultiheadAttention as self-attention: under full hooks `query is key` is false, so
-    the full pass computes another graph than the chain rule's."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.attention = nn.MultiheadAttention(4, 2, batch_first=True)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        result: torch.Tensor = self.attention(x, x, x, need_weights=False)[0]
-        return result
-
-
 def test_a_pass_on_another_graph_is_said_once_not_pinned() -> None:
+    """Self-attention under full hooks computes another graph than the chain rule's: none of
+    the full pass's arguments is pinned, and the view says so once."""
     torch.manual_seed(0)
     result = explain(SelfAttention(), torch.randn(2, 3, 4, requires_grad=True))
     full = next(item for item in result.walk.passes if item.mode == "full")
