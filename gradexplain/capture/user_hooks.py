@@ -51,6 +51,9 @@ class UserCalls(Protocol):
         """Record one call; `tensor` is the tensor a tensor hook is on."""
 
 
+# Makes the wrapper that stands in for the user's hook (key, hook) and records into `calls`.
+Wrapper = Callable[[int, Hook, UserCalls], Hook]
+
 GLOBAL_WHY = ("gradexplain runs your model without global module hooks: they would hook every "
               "module of every build, and torch refuses backward hooks of the other kind on "
               "every module while one is registered; they are back in place afterwards")
@@ -106,18 +109,12 @@ def user_hooks(model: nn.Module, purpose: Purpose,
 def _module_hooks(path: str, module: nn.Module, purpose: Purpose, calls: UserCalls | None,
                   saved: _Saved, found: list[UserHook]) -> None:
     title = module_title(path)
-    with_kwargs = module._forward_pre_hooks_with_kwargs
-    for key, hook in list(module._forward_pre_hooks.items()):
-        found.append(UserHook("forward_pre", "module", path, function_name(hook), True))
-        if calls is not None:
-            saved.keep(module._forward_pre_hooks)
-            module._forward_pre_hooks[key] = _forward_pre(hook, path, key in with_kwargs, calls)
-    with_kwargs = module._forward_hooks_with_kwargs
-    for key, hook in list(module._forward_hooks.items()):
-        found.append(UserHook("forward", "module", path, function_name(hook), True))
-        if calls is not None:
-            saved.keep(module._forward_hooks)
-            module._forward_hooks[key] = _forward(hook, path, key in with_kwargs, calls)
+    pre_kwargs, forward_kwargs = (module._forward_pre_hooks_with_kwargs,
+                                  module._forward_hooks_with_kwargs)
+    _wrap(module._forward_pre_hooks, "forward_pre", path, calls, saved, found,
+          lambda key, hook, into: _forward_pre(hook, path, key in pre_kwargs, into))
+    _wrap(module._forward_hooks, "forward", path, calls, saved, found,
+          lambda key, hook, into: _forward(hook, path, key in forward_kwargs, into))
     full = module._is_full_backward_hook
     kind: HookKind = "full_backward" if full else "backward"
     refused = {"legacy": full is True, "full": full is False, "replay": True}[purpose]
@@ -127,17 +124,14 @@ def _module_hooks(path: str, module: nn.Module, purpose: Purpose, calls: UserCal
         saved.flags.append((module, full))
         module._is_full_backward_hook = None  # sticky: set even when no hook is left
     else:
-        _wrap_backward(module, kind, path, calls, saved, found)
+        _wrap(module._backward_hooks, kind, path, calls, saved, found,
+              lambda key, hook, into: _backward(hook, kind, path, into))
     if purpose != "full":
         why = _refused_why("full_backward_pre", title, purpose)
         _suspend(module._backward_pre_hooks, "full_backward_pre", path, why, saved, found)
     else:
-        for key, hook in list(module._backward_pre_hooks.items()):
-            found.append(UserHook("full_backward_pre", "module", path, function_name(hook),
-                                  True))
-            if calls is not None:
-                saved.keep(module._backward_pre_hooks)
-                module._backward_pre_hooks[key] = _full_backward_pre(hook, path, calls)
+        _wrap(module._backward_pre_hooks, "full_backward_pre", path, calls, saved, found,
+              lambda key, hook, into: _full_backward_pre(hook, path, into))
 
 
 def _refused_why(kind: HookKind, title: str, purpose: Purpose) -> str:
@@ -162,13 +156,16 @@ def _suspend(hooks: dict[int, Any], kind: HookKind, target: str, why: str, saved
     hooks.clear()
 
 
-def _wrap_backward(module: nn.Module, kind: HookKind, path: str, calls: UserCalls | None,
-                   saved: _Saved, found: list[UserHook]) -> None:
-    for key, hook in list(module._backward_hooks.items()):
-        found.append(UserHook(kind, "module", path, function_name(hook), True))
-        if calls is not None:
-            saved.keep(module._backward_hooks)
-            module._backward_hooks[key] = _backward(hook, kind, path, calls)
+def _wrap(hooks: dict[int, Any] | None, kind: HookKind, target: str, calls: UserCalls | None,
+          saved: _Saved, found: list[UserHook], wrapper: Wrapper,
+          scope: Literal["module", "tensor"] = "module") -> None:
+    """Each hook of `hooks` recorded as one that runs; with `calls`, replaced by `wrapper`'s
+    (which records each call into `calls`) until `saved` restores the table."""
+    for key, hook in list((hooks or {}).items()):
+        found.append(UserHook(kind, scope, target, function_name(hook), True))
+        if calls is not None and hooks is not None:
+            saved.keep(hooks)
+            hooks[key] = wrapper(key, hook, calls)
 
 
 def _forward_pre(hook: Hook, path: str, with_kwargs: bool, calls: UserCalls) -> Hook:
@@ -239,16 +236,10 @@ def _tensor_hooks(name: str, parameter: torch.Tensor, purpose: Purpose,
             if table:
                 _suspend(table, kind, name, why, saved, found, "tensor")  # type: ignore[arg-type]
         return
-    for key, hook in list((hooks or {}).items()):
-        found.append(UserHook("tensor", "tensor", name, function_name(hook), True))
-        if calls is not None and hooks is not None:
-            saved.keep(hooks)
-            hooks[key] = _tensor(hook, name, parameter, calls)
-    for key, hook in list((posts or {}).items()):
-        found.append(UserHook("post_accumulate_grad", "tensor", name, function_name(hook), True))
-        if calls is not None and posts is not None:
-            saved.keep(posts)
-            posts[key] = _post_accumulate(hook, name, calls)
+    _wrap(hooks, "tensor", name, calls, saved, found,
+          lambda key, hook, into: _tensor(hook, name, parameter, into), "tensor")
+    _wrap(posts, "post_accumulate_grad", name, calls, saved, found,
+          lambda key, hook, into: _post_accumulate(hook, name, into), "tensor")
 
 
 def _tensor(hook: Hook, name: str, parameter: torch.Tensor, calls: UserCalls) -> Hook:
