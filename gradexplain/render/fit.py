@@ -10,7 +10,9 @@ argument rows use them, and any view that prints values beside labels can. What 
   alone is wider than `width` (a long vector), the shape-and-summary form, broken only between
   its pieces (`[32, 256] min 0 max 1` / `mean 0.5 norm 65`). No line is wider than `width`
   unless one piece alone is (a 0-d value never is).
-- `word_lines(text, width)`: a sentence broken between words; a word wider than `width` is cut.
+- `word_lines(text, width, hang)`: a sentence broken between words, never inside a bracketed
+  group (`[4, 2]`, `(10, 3, 2)`) nor leaving a check mark alone; a word wider than `width` is
+  cut; continuation lines indented by `hang`.
 - `pack(pieces, width)`: pieces (names, list items) joined by spaces, broken only between them.
 - `shortened(values, room)`: a value on one line of `room` characters, whole items or rows
   left out as `…` (the diff's cells).
@@ -21,12 +23,15 @@ argument rows use them, and any view that prints values beside labels can. What 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 
 from gradexplain.records.numbers import TEXT_ELEMENTS, fmt_nested, fmt_value, summary_parts
 from gradexplain.records.trace import Nested, TensorValue
 
 GAP = 2  # spaces between two columns
+MARKS = ("✓", "✗")
+NUMERIC_TUPLE = re.compile(r"\(-?\d+(?:\.\d+)?,")
 
 
 def value_lines(value: TensorValue | None, width: int) -> list[str]:
@@ -44,14 +49,51 @@ def value_lines(value: TensorValue | None, width: int) -> list[str]:
     return pack(summary_parts(value), width)
 
 
-def word_lines(text: str, width: int) -> list[str]:
-    """`text` broken between words into lines of at most `width` characters."""
+def word_lines(text: str, width: int, hang: int = 0) -> list[str]:
+    """`text` broken between words (`words`) into lines of at most `width` characters, lines
+    after the first indented by `hang` (none when the width is too narrow for it)."""
     width = max(width, 1)
+    hang = hang if width > 2 * hang else 0
+    room = max(width - hang, 1)
     pieces: list[str] = []
-    for word in text.split():
+    for word in words(text):
         # A word wider than a whole line is cut: the only way to keep the width.
-        pieces += [word[start:start + width] for start in range(0, len(word), width)]
-    return pack(pieces, width) if pieces else [""]
+        pieces += [word] if len(word) <= room else [word[at:at + room]
+                                                    for at in range(0, len(word), room)]
+    return pack(pieces, width, " " * hang) if pieces else [""]
+
+
+def words(text: str) -> list[str]:
+    """`text` split between words, a bracketed group (`[4, 2]`, `(10, 3, 2)`) kept as one
+    word and a check mark joined to the word beside it, so that no line breaks inside a
+    row of numbers or leaves a mark alone."""
+    merged: list[str] = []
+    depth = 0
+    for word in text.split():
+        if depth > 0 and merged:
+            merged[-1] += " " + word
+        else:
+            merged.append(word)
+        depth = max(0, depth + _opened(word, depth))
+    glued: list[str] = []
+    for word in merged:
+        if glued and glued[-1] in MARKS:
+            glued[-1] += " " + word  # a leading mark goes with the word after it
+        elif word in MARKS and glued:
+            glued[-1] += " " + word  # a trailing mark with the word before it
+        else:
+            glued.append(word)
+    return glued
+
+
+def _opened(word: str, depth: int) -> int:
+    """How many groups `word` leaves open: square brackets always; parentheses only around
+    numbers (a shape such as `(10, 3, 2)`), since a parenthesised remark may wrap."""
+    opened = word.count("[") - word.count("]")
+    if NUMERIC_TUPLE.match(word) or depth > 0:
+        opened += word.count("(") - word.count(")")
+    return opened
+
 
 
 def row_lines(cells: Sequence[Sequence[str]], widths: Sequence[int]) -> list[str]:
@@ -111,4 +153,5 @@ def pack(pieces: Sequence[str], width: int, indent: str = "") -> list[str]:
     return lines
 
 
-__all__ = ["GAP", "pack", "row_lines", "shortened", "value_lines", "word_lines"]
+__all__ = ["GAP", "MARKS", "pack", "row_lines", "shortened", "value_lines", "word_lines",
+           "words"]

@@ -12,8 +12,7 @@ full-width text under the row.
 from __future__ import annotations
 
 import math
-import textwrap
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from rich.console import Console, ConsoleOptions, Group, RenderableType
@@ -27,7 +26,7 @@ from gradexplain.records.paths import module_title
 from gradexplain.records.trace import TensorValue
 from gradexplain.records.walk import LabelledArg
 from gradexplain.render.diff_headings import call_headings
-from gradexplain.render.fit import shortened
+from gradexplain.render.fit import shortened, word_lines
 from gradexplain.render.marks import check_mark
 
 INDENT = 2
@@ -172,7 +171,7 @@ def _wrapped_cells(columns: Columns, name: str, legacy: Cell, full: Cell,
 
 
 def _wrap(text: str, width: int) -> list[str]:
-    lines = textwrap.wrap(text, width, break_on_hyphens=False) or [""]
+    lines = word_lines(text, width)
     return [line.replace(NBSP, " ") for line in lines]
 
 
@@ -202,7 +201,9 @@ def _values(columns: Columns, row: ArgRow) -> Iterator[Text]:
         shape = fmt_shape(value.shape) if value.shape else "scalar"
         head = f"{side:<{tag}} {shape}: "
         body = _shown(value, room - len(head))
-        for index, text in enumerate(_hanging(head + body, room, len(head))):
+        parts = word_lines(body, room - len(head))
+        texts = [head + parts[0], *(" " * len(head) + part for part in parts[1:])]
+        for index, text in enumerate(texts):
             line = Text(" " * columns.legacy + text)
             if index == 0:
                 line.stylize("dim", columns.legacy, columns.legacy + len(head) - 1)
@@ -221,16 +222,11 @@ def _shown(value: TensorValue, room: int) -> str:
 def _prose(columns: Columns, text: str, style: str) -> Iterator[Text]:
     """Sentences under a row: from the label column to the line's end, then the same indent."""
     room = columns.width - columns.legacy
-    for part in _hanging(text, room, 2):
+    for part in word_lines(text, room, 2):
         line = Text(" " * columns.legacy)
         line.append(part, style=style or None)
         line.no_wrap = True
         yield line
-
-
-def _hanging(text: str, width: int, indent: int) -> Iterable[str]:
-    return textwrap.wrap(text, width, subsequent_indent=" " * indent, break_on_hyphens=False,
-                         break_long_words=True) or [""]
 
 
 __all__ = ["Columns", "diff_text"]

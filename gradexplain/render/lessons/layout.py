@@ -19,7 +19,6 @@ Pure layout on rich Text, no torch.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -28,14 +27,12 @@ from rich.text import Text
 
 from gradexplain.records.numbers import fmt_value
 from gradexplain.records.trace import TensorValue
-from gradexplain.render.fit import GAP, pack, row_lines, value_lines
+from gradexplain.render.fit import GAP, row_lines, value_lines, word_lines, words
 
 HANG = 2  # how far a sentence's continuation lines sit in from its first line
-MARKS = ("✓", "✗")
 # A text column is not squeezed below this (or its longest word) while a value column could
 # still give way: names and words read worse broken than a matrix shown one row per line.
 TEXT_MIN = 16
-NUMERIC_TUPLE = re.compile(r"\(-?\d+(?:\.\d+)?,")
 
 
 @dataclass(frozen=True)
@@ -67,52 +64,14 @@ class Column:
     at_end: bool = False
 
 
-def words(text: str) -> list[str]:
-    """`text` split between words, a bracketed group (`[4, 2]`, `(10, 3, 2)`) kept as one
-    word and a check mark joined to the word beside it, so that no line breaks inside a
-    row of numbers or leaves a mark alone."""
-    merged: list[str] = []
-    depth = 0
-    for word in text.split():
-        if depth > 0 and merged:
-            merged[-1] += " " + word
-        else:
-            merged.append(word)
-        depth = max(0, depth + _opened(word, depth))
-    glued: list[str] = []
-    for word in merged:
-        if glued and glued[-1] in MARKS:
-            glued[-1] += " " + word  # a leading mark goes with the word after it
-        elif word in MARKS and glued:
-            glued[-1] += " " + word  # a trailing mark with the word before it
-        else:
-            glued.append(word)
-    return glued
-
-
-def _opened(word: str, depth: int) -> int:
-    """How many groups `word` leaves open: square brackets always; parentheses only around
-    numbers (a shape such as `(10, 3, 2)`), since a parenthesised remark may wrap."""
-    opened = word.count("[") - word.count("]")
-    if NUMERIC_TUPLE.match(word) or depth > 0:
-        opened += word.count("(") - word.count(")")
-    return opened
-
-
 def prose(text: str, width: int, style: str = "", hang: int = HANG) -> list[Text]:
     """A sentence in lines of at most `width`, continuation lines indented by `hang`."""
     return [Text(line, style=style) for line in prose_lines(text, width, hang)]
 
 
 def prose_lines(text: str, width: int, hang: int = HANG) -> list[str]:
-    hang = hang if width > 2 * hang else 0
-    pieces: list[str] = []
-    for word in words(text):
-        # A word wider than a whole line is cut: the only way to keep the width.
-        room = max(width - hang, 1)
-        pieces += [word] if len(word) <= room else [word[at:at + room]
-                                                    for at in range(0, len(word), room)]
-    return pack(pieces, width, " " * hang) if pieces else [""]
+    """A sentence as the lessons lay it out: fit.word_lines with their hanging indent."""
+    return word_lines(text, width, hang)
 
 
 def labelled(head: str, value: TensorValue | None, tail: str, width: int) -> list[str]:
