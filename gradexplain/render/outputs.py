@@ -58,14 +58,14 @@ def walk_output(walk: Walk, view: PinnedView | None, orders: Sequence[FiringOrde
 def diff_output(result: HookDiff, walk: Walk, view: PinnedView,
                 output_format: OutputFormat) -> str | RenderableType:
     """Legacy against full hooks in `output_format`, then the chain rule with each module
-    hook's argument at its step (`view` of `walk`); JSON adds that chain rule, which each
+    hook's argument at its step (`view` of `walk`); JSON adds walk's chain rule, which each
     side's `step` points into."""
     if output_format == "json":
         from gradexplain.render.json_diff import diff_json
         from gradexplain.render.json_walk import chain_rule_json
 
         document = diff_json(result)
-        document["chain_rule"] = chain_rule_json([item.derivation for item in view.derivations])
+        document["chain_rule"] = chain_rule_json(walk.derivations)
         return json_text(document)
     if output_format == "markdown":
         from gradexplain.render.markdown import blocks, heading
