@@ -57,10 +57,20 @@ def quoted(text: str, limit: int = 60) -> str:
 
 
 def show_number(value: float) -> str:
-    """A number as a message quotes it: a 400-digit integer is shown by its size, not in full."""
+    """A number as a message quotes it: a 400-digit integer is shown by its size, not in full
+    ("got 12", "got a 400-digit number")."""
     if isinstance(value, int) and abs(value) >= 10**15:
-        return f"of {len(str(abs(value)))} digits"
+        if abs(value).bit_length() > 14_000:
+            # str() of an int over 4,300 digits raises (Python's guard against slow conversions).
+            return f"a number of about {int(abs(value).bit_length() * 0.30103):,} digits"
+        return f"a {len(str(abs(value)))}-digit number"
     return f"{value:,}" if isinstance(value, int) else str(value)
+
+
+def the_number(value: float) -> str:
+    """A number as the subject of a sentence: "the number 12", "a 400-digit number"."""
+    shown = show_number(value)
+    return shown if shown.startswith("a ") else f"the number {shown}"
 
 
 def first_line(error: BaseException) -> str:
@@ -147,6 +157,13 @@ class SpecShapeError(SpecError):
     """Tensors whose shapes do not fit the operation that combines them."""
 
     kind = "shape error"
+
+
+class SpecArithmeticError(SpecError):
+    """Arithmetic on numbers written in a step with no usable result: `1/0`, `0.0 ** -1`,
+    `(0 - 8) ** 0.5` (too large a result is a SpecLimitError)."""
+
+    kind = "arithmetic error"
 
 
 class SpecSafetyError(SpecError):

@@ -16,7 +16,6 @@ import pytest
 import torch
 
 from tests.helpers.cli import SPECS, run_cli
-from tests.helpers.messages import raised_by
 
 HEAD = "inputs: {x: {value: 1.0, requires_grad: true}}\n"
 TAIL = "forward: ['y = x * 2']\nbackward: y\n"
@@ -43,7 +42,7 @@ FINDINGS = [
             ("cannot be read as a whole number",)),
     Finding("number_too_large_for_float32",
             "inputs: {x: {value: 1" + "0" * 400 + ", requires_grad: true}}\n" + TAIL,
-            ("the number of 401 digits is too large", "3.4e38")),
+            ("a 401-digit number is too large", "3.4e38")),
     Finding("float_that_becomes_inf", "inputs: {x: {value: [1.0e+300], requires_grad: true}}\n"
             "forward: ['y = sum(x * x)']\nbackward: y\n", ("the number 1e+300 is too large",)),
     Finding("whole_number_too_large_for_int64",
@@ -52,7 +51,7 @@ FINDINGS = [
             "forward: ['e = emb(idx)', 'loss = sum(e)']\nbackward: loss\n",
             ("2:", "int64 tensor holds whole numbers below 2**63",)),
     Finding("huge_literal_in_a_step", HEAD + "forward: ['y = x * " + "1" * 41 + "']\n"
-            "backward: y\n", ("the number of 41 digits is too large",)),
+            "backward: y\n", ("a 41-digit number is too large",)),
     Finding("inf_literal_in_a_step", HEAD + "forward: ['y = x * 1e999']\nbackward: y\n",
             ("the number inf is too large",)),
     # A control character anywhere in the file: the reader raised before the loader's guard.
@@ -74,12 +73,13 @@ FINDINGS = [
             ("backward names 'y', a leaf tensor",)),
     Finding("grad_of_an_input", HEAD + "forward: ['y = x * 2']\ngrad: [{of: x, wrt: x}]\n",
             ("grad `of` names 'x', a leaf tensor",)),
-    # Python ints a step builds from numbers alone: 2 ** 1000 is no tensor torch can use.
+    # Python ints a step builds from numbers alone: 2 ** 1000 is no tensor torch can use. Walk
+    # once ran it and passed on torch's refusal; the checker now folds it, within the literals'
+    # bound (issue 19).
     Finding("huge_power_at_run_time", "inputs: {x: {value: [1.0, 2.0], requires_grad: true}}\n"
             "forward: ['y = sum(x ** 2 ** 1000)']\nbackward: y\n",
-            ("torch refused the step",
-             "in step 'y = sum(x ** 2 ** 1000)': " + raised_by(
-                 lambda: torch.tensor([1.0, 2.0], requires_grad=True) ** 2 ** 1000)), "walk"),
+            ("2:", "in step 'y = sum(x ** 2 ** 1000)': 2 ** 1000 is too large", "3.4e38"),
+            "walk"),
     # User text quoted whole in a message: a 500-character layer class (found by the fuzzer
     # under another hypothesis release), key, dtype, hook, action, step or top-level scalar.
     Finding("long_unknown_layer", HEAD + "layers:\n  open: " + "L" * 500 + "\n" + TAIL,

@@ -25,6 +25,7 @@ from torch import nn
 
 from gradexplain.errors import ModelRunError, SpecRunError, first_line, quoted
 from gradexplain.language.catalogue import FUNCTIONS, LAYERS, bind
+from gradexplain.language.constants import fold
 from gradexplain.language.expr import (
     BinOp,
     Call,
@@ -220,7 +221,7 @@ class SpecModule(nn.Module):
             return evaluate(step.assignment.expr, env)
         except SpecRunError:
             raise
-        except (RuntimeError, ValueError, TypeError, IndexError, OverflowError) as exc:
+        except (RuntimeError, ValueError, TypeError, IndexError, ArithmeticError) as exc:
             raise SpecRunError(f"in step {quoted(step.text)}: {first_line(exc)}",
                                step.where) from exc
 
@@ -232,7 +233,12 @@ def evaluate(expr: Expr, env: dict[str, Any]) -> Any:
     if isinstance(expr, Name):
         return env[expr.id]
     if isinstance(expr, BinOp):
-        return _OPERATORS[expr.op](evaluate(expr.left, env), evaluate(expr.right, env))
+        left, right = evaluate(expr.left, env), evaluate(expr.right, env)
+        if _is_number(left) and _is_number(right):
+            # Two written numbers: the checker's own fold, so `1/0` or `10 ** 10 ** 8` can
+            # neither hang here nor raise more than the ConstantProblem _run_step reports.
+            return fold(expr.op, left, right)
+        return _OPERATORS[expr.op](left, right)
     if isinstance(expr, Neg):
         return -evaluate(expr.operand, env)
     if isinstance(expr, Transpose):
@@ -240,6 +246,10 @@ def evaluate(expr: Expr, env: dict[str, Any]) -> Any:
     if isinstance(expr, Index):
         return evaluate(expr.operand, env)[tuple(_index_item(item) for item in expr.items)]
     return _call(expr, env)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, torch.Tensor)
 
 
 def _call(expr: Call, env: dict[str, Any]) -> Any:

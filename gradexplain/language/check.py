@@ -11,12 +11,13 @@ from dataclasses import replace
 
 from gradexplain.errors import (
     Location,
+    SpecArithmeticError,
     SpecLimitError,
     SpecNameError,
     SpecShapeError,
     quoted,
 )
-from gradexplain.language import shapes
+from gradexplain.language import constants, shapes
 from gradexplain.language.catalogue import (
     FUNCTIONS,
     LAYERS,
@@ -25,6 +26,7 @@ from gradexplain.language.catalogue import (
     bind,
     call_function,
 )
+from gradexplain.language.constants import ConstantProblem
 from gradexplain.language.expr import (
     BinOp,
     Call,
@@ -204,6 +206,8 @@ class _Checker:
             operand = self.infer(expr.operand, scope, step)
             if isinstance(operand, TensorType) and not operand.floating:
                 raise ShapeProblem(f"unary minus needs a floating-point tensor; {WHOLE_NUMBERS}")
+            if isinstance(operand, NumberType):
+                return NumberType(-operand.value)  # a later fold needs the true value
             return operand
         if isinstance(expr, Transpose):
             operand = self.tensor_operand(self.infer(expr.operand, scope, step), ".T", step)
@@ -238,7 +242,7 @@ class _Checker:
                 raise ShapeProblem(f"{expr.op} needs single tensors, got a group of "
                                    f"{len(side.items)} (unpack them first: `a, b = ...`)")
         if isinstance(left, NumberType) and isinstance(right, NumberType):
-            return NumberType(0.0)
+            return self.fold(expr, left, right, step)
         tensors = [side for side in (left, right) if isinstance(side, TensorType)]
         if not all(tensor.floating for tensor in tensors):
             raise ShapeProblem(f"{expr.op} needs floating-point tensors; {WHOLE_NUMBERS}")
@@ -255,6 +259,16 @@ class _Checker:
         except ShapeProblem as problem:
             raise ShapeProblem(f"{expr.op} cannot combine them: {problem}") from None
         return TensorType(shape, a.floating or b.floating, a.requires_grad or b.requires_grad)
+
+    def fold(self, expr: BinOp, left: NumberType, right: NumberType, step: Step) -> NumberType:
+        """Arithmetic on two written numbers, done now as the run would do it, within the
+        bounds of a literal: `1/0`, `(0 - 8) ** 0.5`, `10 ** 10 ** 8` are refused here."""
+        try:
+            return NumberType(constants.fold(expr.op, left.value, right.value))
+        except ConstantProblem as problem:
+            error = SpecLimitError if problem.too_large else SpecArithmeticError
+            raise error(f"in step {quoted(step.text)}: {problem}",
+                        step.where.shifted(expr.column)) from None
 
     def call(self, expr: Call, scope: Scope, step: Step) -> ValueType:
         where = step.where.shifted(expr.column)

@@ -10,7 +10,14 @@ import math
 from collections.abc import Sequence
 from typing import NoReturn
 
-from gradexplain.errors import Location, SpecError, SpecSchemaError, quoted, show_number
+from gradexplain.errors import (
+    Location,
+    SpecError,
+    SpecSchemaError,
+    quoted,
+    show_number,
+    the_number,
+)
 from gradexplain.language.catalogue import did_you_mean
 from gradexplain.language.expr import LARGEST_NUMBER
 from gradexplain.language.yamlio import Document, KeyPath
@@ -27,7 +34,7 @@ def describe(value: object) -> str:
     if isinstance(value, bool):
         return f"the boolean {str(value).lower()}"
     if isinstance(value, int | float):
-        return f"the number {show_number(value)}"
+        return the_number(value)
     text = str(value)
     return f"the text {text[:40]!r}" + ("..." if len(text) > 40 else "")
 
@@ -120,6 +127,6 @@ class Cursor:
         if isinstance(self.value, float) and not math.isfinite(self.value):
             self.fail(f"expected a finite number, got {self.value}")
         if abs(self.value) > LARGEST_NUMBER:
-            self.fail(f"the number {show_number(self.value)} is too large: numbers in a spec are "
+            self.fail(f"{the_number(self.value)} is too large: numbers in a spec are "
                       "at most 3.4e38 in size, the largest a float32 tensor holds")
         return float(self.value)

@@ -21,7 +21,7 @@ from gradexplain.errors import (
     SpecSafetyError,
     SpecSchemaError,
     quoted,
-    show_number,
+    the_number,
 )
 
 MAX_STEP_CHARS = 1_000
@@ -348,7 +348,7 @@ class _Parser:
             # Python reads 1e999 as inf and 10**40 as an integer torch cannot hold.
             if not abs(value) <= LARGEST_NUMBER:
                 raise SpecSchemaError(
-                    f"the number {show_number(value)} is too large: numbers in a spec are at most "
+                    f"{the_number(value)} is too large: numbers in a spec are at most "
                     "3.4e38 in size, the largest a float32 tensor holds",
                     self._at(node),
                 )
