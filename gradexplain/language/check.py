@@ -59,12 +59,18 @@ from gradexplain.language.shapes import (
     ValueType,
     show,
 )
+from gradexplain.language.work import check_work
+
+# Functions whose result is usually a view of their operand, so not added to the total (reshape
+# of a transposed tensor copies; the bound on every single tensor still applies to all of them).
+_VIEWS = frozenset({"reshape", "flatten", "transpose", "squeeze", "unsqueeze", "chunk", "detach"})
 
 
 def check_spec(spec: ModelSpec) -> ModelSpec:
     """Check names, shapes and bounds; return the spec with `tensors` filled in."""
     checker = _Checker(spec)
     checker.run()
+    check_work(spec)  # after the names are known to resolve, so name errors are said first
     return replace(spec, tensors=tuple(checker.tensors.values()))
 
 
@@ -179,10 +185,45 @@ class _Checker:
 
     def infer(self, expr: Expr, scope: Scope, step: Step) -> ValueType:
         try:
-            return self._infer(expr, scope, step)
+            value = self._infer(expr, scope, step)
         except ShapeProblem as problem:
             raise SpecShapeError(f"in step {quoted(step.text)}: {problem}",
                                  step.where.shifted(getattr(expr, "column", 0))) from None
+        if expr is not step.assignment.expr and not isinstance(expr, Name | Number):
+            self.intermediate(expr, value, scope, step)
+        return value
+
+    def intermediate(self, expr: Expr, value: ValueType, scope: Scope, step: Step) -> None:
+        """A tensor made inside a step (`x[:, None] * x[None, :]` in `sum(...)`) is as real as a
+        named one: bound it alike. Views (indexing, .T) hold no memory of their own, and a
+        module's result is counted inside the module, so neither adds to the total."""
+        where = step.where.shifted(getattr(expr, "column", 0))
+        items = value.items if isinstance(value, TupleType) else (value,)
+        for item in items:
+            if not isinstance(item, TensorType):
+                continue
+            count = shapes.numel(item.shape)
+            if count > MAX_ELEMENTS:
+                raise SpecLimitError(
+                    f"in step {quoted(step.text)}: a tensor made inside the step would have "
+                    f"shape {show(item.shape)}, {count:,} elements; the limit for every tensor "
+                    f"is {MAX_ELEMENTS:,} (make the inputs smaller)",
+                    where,
+                )
+            if isinstance(expr, Index | Transpose) or (isinstance(expr, Call) and (
+                    expr.func in _VIEWS or isinstance(getattr(scope.get(expr.func), "value", None),
+                                                      ModuleSpec))):
+                continue
+            self.total_elements += count
+            if self.total_elements > MAX_TOTAL_ELEMENTS:
+                raise SpecLimitError(
+                    f"with a tensor of shape {show(item.shape)} made inside step "
+                    f"{quoted(step.text, 40)}, the spec's tensors hold "
+                    f"{self.total_elements:,} elements in all; the limit is "
+                    f"{MAX_TOTAL_ELEMENTS:,} (hooks are explained on tiny models: make the "
+                    "tensors smaller)",
+                    where,
+                )
 
     def _infer(self, expr: Expr, scope: Scope, step: Step) -> ValueType:
         if isinstance(expr, Number):

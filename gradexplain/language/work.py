@@ -1,0 +1,109 @@
+"""The total work a spec asks of a walk, bounded at validate time: steps run and backward runs.
+
+A spec's size bounds (steps written, tensor elements) do not bound what it asks for: a module that
+calls its child twice, 12 levels deep, is a 1 KB spec whose forward runs 16,000 steps (131 s and
+63 MB of walk output), and 100 backward items of `times: 100` are 10,000 backward runs (557 s).
+Every step a walk runs is traced, labelled and checked, and every backward run fires every hook
+again, so the work is counted here as a walk will do it: module calls expanded (multiplied
+through nesting), and backward runs times the steps each one goes back through. Counting is
+linear in the spec (each module is counted once and its count reused), never expanded.
+"""
+
+from __future__ import annotations
+
+from gradexplain.errors import SpecLimitError, quoted
+from gradexplain.language.expr import BinOp, Call, Expr, Index, Neg, Transpose
+from gradexplain.language.model import ModelSpec, ModuleSpec, Step
+
+# The forward's steps with every module call expanded. bench/'s 1,000-layer spec (issue 20) runs
+# 2,000 steps (Linear and Tanh at each layer, all at the top level); twice that leaves room for
+# modules called more than once, and stops the doubling spec above at 12 levels (16,380 steps).
+MAX_STEPS_RUN = 4_000
+# Backward and grad calls, each `times:` counted: 100 items, or one item `times: 100`, and
+# some more.
+MAX_BACKWARD_RUNS = 200
+# Backward runs times the forward's steps: each run goes back through every step's hooks.
+# The 1,000-layer spec may be run back through 10 times, a 100-step spec 200 times.
+MAX_BACKWARD_WORK = 20_000
+
+
+def check_work(spec: ModelSpec) -> int:
+    """Refuse a spec whose walk would run more steps or backward runs than the bounds above;
+    return the number of steps its forward runs."""
+    counter = _StepCounter()
+    steps_run = 0
+    for step in spec.root.steps:
+        cost = counter.step(spec.root, step)
+        steps_run += cost
+        if steps_run > MAX_STEPS_RUN:
+            raise SpecLimitError(_too_many_steps(step, cost, steps_run, counter), step.where)
+    runs = 0
+    places = [(item.times, item.where, "backward") for item in spec.backwards] + [
+        (1, item.where, "grad") for item in spec.grads]
+    for times, where, what in places:
+        runs += times
+        if runs > MAX_BACKWARD_RUNS:
+            raise SpecLimitError(
+                f"with this {what} call the spec asks for {runs:,} backward runs (each "
+                f"`times:` counted); at most {MAX_BACKWARD_RUNS:,} are allowed: give fewer "
+                "backward items or smaller `times:`", where)
+        if runs * steps_run > MAX_BACKWARD_WORK:
+            raise SpecLimitError(
+                f"with this {what} call the spec asks for {runs:,} backward runs through a "
+                f"forward of {steps_run:,} steps, {runs * steps_run:,} steps' hooks in all; "
+                f"at most {MAX_BACKWARD_WORK:,} are allowed: run backward fewer times or "
+                "explain a smaller model", where)
+    return steps_run
+
+
+class _StepCounter:
+    """Steps run per call of each module, counted once per module (not per call)."""
+
+    def __init__(self) -> None:
+        self.per_call: dict[str, int] = {}
+        self.heaviest: tuple[int, str] = (0, "")  # steps per call and path of the largest module
+
+    def module(self, module: ModuleSpec) -> int:
+        known = self.per_call.get(module.path)
+        if known is not None:
+            return known
+        total = sum(self.step(module, step) for step in module.steps)
+        self.per_call[module.path] = total
+        self.heaviest = max(self.heaviest, (total, module.path))
+        return total
+
+    def step(self, module: ModuleSpec, step: Step) -> int:
+        """One for the step itself, plus every step of every module it calls."""
+        children = {child.name: child for child in module.modules}
+        return 1 + sum(self.module(children[call.func])
+                       for call in _calls(step.assignment.expr) if call.func in children)
+
+
+def _calls(expr: Expr) -> list[Call]:
+    if isinstance(expr, Call):
+        found = [expr]
+        for arg in expr.args:
+            found += _calls(arg)
+        for _, value in expr.kwargs:
+            found += _calls(value)
+        return found
+    if isinstance(expr, BinOp):
+        return _calls(expr.left) + _calls(expr.right)
+    if isinstance(expr, Neg | Transpose | Index):
+        return _calls(expr.operand)
+    return []
+
+
+def _too_many_steps(step: Step, cost: int, total: int, counter: _StepCounter) -> str:
+    because = ""
+    if cost > 1:
+        steps, path = counter.heaviest
+        because = (f" (the step {quoted(step.text, 40)} runs {_count(cost)} of them; module "
+                   f"{path!r} runs {_count(steps)} at each call)")
+    return (f"the forward runs {_count(total)} steps once every module call is expanded"
+            f"{because}; at most {MAX_STEPS_RUN:,} are allowed: call modules fewer times each, "
+            "or nest such calls less deeply")
+
+
+def _count(number: int) -> str:
+    return f"{number:,}" if number < 10**15 else "more than 10**15"
