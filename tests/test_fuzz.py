@@ -488,3 +488,114 @@ def test_step_result_elements_bound(rows: int, tmp_path: Path) -> None:
         assert_accepted(run)
     else:
         assert_too_large(run, path, "10,000,000", "forward[0]")
+
+
+# --- arithmetic on written numbers and the total work (issue 19) ------------------------------
+# Python itself is the oracle for arithmetic: a step's constant validates exactly when Python
+# computes every operation of it as a real number within float32's range. The work a spec asks
+# for is computed here from the shape of the spec drawn, in closed form.
+
+LARGEST_NUMBER = 3.4028234663852886e38  # float32's largest finite value
+STEPS_RUN_LIMIT = 4_000
+BACKWARD_RUNS_LIMIT = 200
+BACKWARD_WORK_LIMIT = 20_000
+
+Constant = tuple[str, float | int | None]  # the text and Python's value, None if it has none
+
+written_numbers = st.one_of(
+    st.sampled_from([0, 1, 2, 3, 8, 10, 127, 128, 1000, 10**8, 0.5, 0.0, 1e38, 3.4e38, 1e-30]),
+    st.integers(-50, 50),
+    st.floats(-1e6, 1e6, allow_nan=False, allow_infinity=False),
+)
+
+
+def python_value(op: str, left: float | int | None,
+                 right: float | int | None) -> float | int | None:
+    if left is None or right is None:
+        return None
+    if op == "**" and isinstance(left, int) and isinstance(right, int) and abs(left) > 1 \
+            and right > 4_000:
+        return None  # over 2**4000: far out of range (and Python would take minutes to say so)
+    try:
+        value = {"+": lambda: left + right, "-": lambda: left - right,
+                 "*": lambda: left * right, "/": lambda: left / right,
+                 "**": lambda: left ** right}[op]()
+    except (ArithmeticError, ValueError):
+        return None
+    if isinstance(value, complex) or not abs(value) <= LARGEST_NUMBER:
+        return None
+    return value
+
+
+def _number_text(value: float | int) -> str:
+    text = repr(value)
+    return f"({text})" if value < 0 else text
+
+
+@st.composite
+def constants(draw: st.DrawFn, depth: int = 3) -> Constant:
+    if depth == 0 or draw(st.integers(0, 3)) == 0:
+        value = draw(written_numbers)
+        return _number_text(value), value
+    op = draw(st.sampled_from(["+", "-", "*", "/", "**"]))
+    left_text, left = draw(constants(depth - 1))
+    right_text, right = draw(constants(depth - 1))
+    return f"({left_text} {op} {right_text})", python_value(op, left, right)
+
+
+@fuzz_settings(60, long_run=False)
+@given(constant=constants(), walk=st.integers(0, 5))
+def test_constant_arithmetic_validates_as_python_computes_it(constant: Constant, walk: int,
+                                                             spec_path: Path) -> None:
+    text, value = constant
+    note(f"{text} = {value!r}")
+    spec = one_step(f"y = x * {text}").encode()
+    good = check_validate(SpecFile(spec, (f"constant {text}",)), spec_path)
+    assert good == (value is not None), f"{text}: Python says {value!r}"
+    if good and walk == 0:
+        check_walk(spec_path, "json")
+
+
+def nested_modules(levels: int, calls: int, inner: int, items: int, times: int) -> str:
+    """Modules m1 .. m<levels>, each calling its child `calls` times in a chain; the innermost
+    has `inner` steps; `items` backward items of `times` runs each."""
+    def module(level: int, indent: int) -> str:
+        pad = " " * indent
+        if level == levels:
+            steps = ", ".join(f"'b{i + 1} = b{i} * 2'" for i in range(inner)).replace("b0", "a")
+            return f"{pad}forward: {{args: [a], steps: [{steps}], returns: b{inner}}}\n"
+        child = f"m{level + 1}"
+        steps = ", ".join(f"'b{i + 1} = {child}(b{i})'" for i in range(calls)).replace("b0", "a")
+        return (f"{pad}modules:\n{pad}  {child}:\n" + module(level + 1, indent + 4)
+                + f"{pad}forward: {{args: [a], steps: [{steps}], returns: b{calls}}}\n")
+    backward = "\n".join(f"  - {{of: z, times: {times}, retain_graph: true}}"
+                         for _ in range(items))
+    return ("inputs:\n  x: {rand: [2], requires_grad: true}\nmodules:\n  m1:\n" + module(1, 4)
+            + f"forward: ['y = m1(x)', 'z = sum(y)']\nbackward:\n{backward}\n")
+
+
+@fuzz_settings(60, long_run=False)
+@given(levels=st.integers(1, 14), calls=st.integers(1, 3), inner=st.integers(1, 5),
+       items=st.integers(1, 4), times=st.sampled_from([1, 2, 5, 50, 51, 100]))
+def test_work_bounds_hold_for_nested_module_calls(levels: int, calls: int, inner: int,
+                                                  items: int, times: int,
+                                                  spec_path: Path) -> None:
+    # Steps run: the innermost module's `inner`, and at each level above `calls` call steps
+    # each running the level below; then the top's two steps.
+    per_call = inner
+    for _ in range(levels - 1):
+        per_call = calls * (1 + per_call)
+    steps_run = 2 + per_call
+    runs = items * times
+    expected = (steps_run <= STEPS_RUN_LIMIT and runs <= BACKWARD_RUNS_LIMIT
+                and runs * steps_run <= BACKWARD_WORK_LIMIT)
+    spec = nested_modules(levels, calls, inner, items, times).encode()
+    story = f"{levels} levels x {calls} calls, {inner} inner steps: {steps_run:,} steps; " \
+            f"{items} x {times} backward runs"
+    note(story)
+    good = check_validate(SpecFile(spec, (story,)), spec_path)
+    assert good == expected, story
+    if not good:
+        line = assert_one_error_line(run_cli("validate", str(spec_path),
+                                             seconds=VALIDATE_SECONDS), spec_path)
+        assert ": too large" in line, line

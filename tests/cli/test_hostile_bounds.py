@@ -105,3 +105,120 @@ def test_folded_constants_are_kept_for_later_steps(write_spec: Write) -> None:
     message = refused(write_spec(spec))
     assert "forward[2]" in message and "too large" in message, message
     accepted(write_spec(spec.replace("d ** 41", "d ** 40")))
+
+
+# --- total work: steps run with module calls expanded --------------------------------------------
+
+def doubling(levels: int) -> str:
+    """Modules m1 .. m<levels>, each calling its child twice: 2**levels calls of the innermost,
+    from a spec of a few hundred bytes per level."""
+    def module(level: int, indent: int) -> str:
+        pad = " " * indent
+        if level == levels:
+            return f"{pad}forward: {{args: [a], steps: ['b = a * 2'], returns: b}}\n"
+        child = f"m{level + 1}"
+        return (f"{pad}modules:\n{pad}  {child}:\n" + module(level + 1, indent + 4)
+                + f"{pad}forward: {{args: [a], steps: ['b = {child}(a)', 'c = {child}(b)'], "
+                  "returns: c}\n")
+    return ("inputs:\n  x: {rand: [2], requires_grad: true}\nmodules:\n  m1:\n" + module(1, 4)
+            + "forward: ['y = m1(x)', 'z = sum(y)']\nbackward: z\n")
+
+
+def test_modules_that_double_at_each_level_are_refused(write_spec: Write) -> None:
+    """12 levels: 2**12 innermost calls, 6,143 steps in all (the issue's spec walked 131 s)."""
+    text = doubling(12)
+    assert len(text) < 2_000
+    message = refused(write_spec(text))
+    assert "module call" in message and "4,000" in message, message
+    assert "m1" in message, message  # the module whose calls make the steps
+
+
+def test_modules_that_double_under_the_bound_validate(write_spec: Write) -> None:
+    accepted(write_spec(doubling(11)))  # 3,071 steps
+
+
+def calls_of_a_module(calls: int, steps: int, extra_top_steps: int = 0,
+                      backward: str = "y{calls}") -> str:
+    """A module of `steps` steps called `calls` times in a chain: calls * (1 + steps) steps run,
+    plus the extra top-level ones."""
+    body = ", ".join(f"'b{i} = {'a' if i == 0 else f'b{i - 1}'} * 2'" for i in range(steps))
+    top = [f"'y{i + 1} = m({'x' if i == 0 else f'y{i}'})'" for i in range(calls)]
+    top += [f"'e{i} = x * 3'" for i in range(extra_top_steps)]
+    return ("inputs:\n  x: {value: 1.0, requires_grad: true}\n"
+            f"modules:\n  m:\n    forward: {{args: [a], steps: [{body}], returns: b{steps - 1}}}\n"
+            f"forward: [{', '.join(top)}]\nbackward: {backward.format(calls=calls)}\n")
+
+
+def test_steps_run_exactly_at_the_bound_validate(write_spec: Write) -> None:
+    accepted(write_spec(calls_of_a_module(40, 99)))  # 40 * 100 = 4,000
+    message = refused(write_spec(calls_of_a_module(40, 99, extra_top_steps=1)))
+    assert "4,001 steps" in message, message
+
+
+def test_a_thousand_layers_stay_under_the_bound(write_spec: Write) -> None:
+    """bench/'s scaling spec (issue 20 wants 1,000 layers to walk): Linear and Tanh per layer;
+    999 layers are 1,998 steps, within the 2,000 steps a spec may write."""
+    layers = 999
+    lines = ["inputs:", "  x: {randn: [4, 8], requires_grad: true}", "layers:"]
+    lines += [f"  l{i}: {{Linear: {{in_features: 8, out_features: 8}}}}\n  a{i}: Tanh"
+              for i in range(layers)]
+    previous = "x"
+    lines.append("forward:")
+    for i in range(layers):
+        lines += [f'  - "h{i} = l{i}({previous})"', f'  - "t{i} = a{i}(h{i})"']
+        previous = f"t{i}"
+    lines += [f'  - "loss = sum({previous})"', "backward: loss"]
+    accepted(write_spec("\n".join(lines) + "\n"))
+
+
+# --- total work: backward runs -------------------------------------------------------------------
+
+def backward_items(items: int, times: int, grads: int = 0) -> str:
+    backward = "\n".join(f"  - {{of: z, times: {times}, retain_graph: true}}" for _ in range(items))
+    grad = ("grad:\n" + "\n".join("  - {of: z, wrt: x, retain_graph: true}" for _ in range(grads))
+            + "\n") if grads else ""
+    return ("inputs:\n  x: {rand: [3], requires_grad: true}\nforward: ['z = sum(x * 2)']\n"
+            f"backward:\n{backward}\n{grad}")
+
+
+def test_a_hundred_backward_items_of_a_hundred_times_are_refused(write_spec: Write) -> None:
+    message = refused(write_spec(backward_items(100, 100)))
+    assert "backward runs" in message and "200" in message and "times" in message, message
+
+
+def test_backward_runs_at_the_bound_validate(write_spec: Write) -> None:
+    accepted(write_spec(backward_items(2, 100)))
+    accepted(write_spec(backward_items(2, 99, grads=2)))
+    message = refused(write_spec(backward_items(2, 99, grads=3)))  # 201 runs
+    assert "201 backward runs" in message and "grad" in message, message
+
+
+def test_backward_runs_times_forward_steps_are_bounded(write_spec: Write) -> None:
+    """10 calls of a 99-step module run 1,000 steps: 20 backward runs go back through 20,000."""
+    spec = calls_of_a_module(10, 99, backward="{{of: y{calls}, times: 20, retain_graph: true}}")
+    accepted(write_spec(spec))
+    message = refused(write_spec(spec.replace("times: 20", "times: 21")))
+    assert "21 backward runs" in message and "1,000 steps" in message, message
+    assert "20,000" in message, message
+
+
+# --- tensors made inside a step ------------------------------------------------------------------
+
+def outer_product(size: int, terms: int = 1) -> str:
+    product = " + ".join(["x[:, None] * x[None, :]"] * terms)
+    return (f"inputs:\n  x: {{rand: [{size}], requires_grad: true}}\n"
+            f"forward:\n  - \"y = sum({product})\"\nbackward: y\n")
+
+
+def test_an_outer_product_inside_a_step_is_bounded(write_spec: Write) -> None:
+    """15,000 elements in, 225,000,000 inside `sum(...)` (2 GB): over the 10,000,000 bound."""
+    message = refused(write_spec(outer_product(15_000)))
+    assert "[15000, 15000]" in message and "10,000,000" in message, message
+    accepted(write_spec(outer_product(3_000)))  # 9,000,000 elements inside
+
+
+def test_tensors_made_inside_steps_count_toward_the_total(write_spec: Write) -> None:
+    """Each product is 9,000,000 elements, and so is their sum: 27,000,000 with two of them,
+    over the 20,000,000 all the spec's tensors may hold."""
+    message = refused(write_spec(outer_product(3_000, terms=2)))
+    assert "20,000,000" in message and "in all" in message, message
