@@ -135,7 +135,9 @@ def explain(model: nn.Module | Any, *inputs: torch.Tensor | Sequence[int], loss:
             tensors += random_inputs([InputShape(tuple(item))], seed=index)
             given.append(True)
         else:
-            raise UsageError(f"explain(): input {index} is a {type(item).__name__}; give a "
+            kind = type(item).__name__
+            article = "an" if kind[:1].lower() in "aeiou" else "a"
+            raise UsageError(f"explain(): input {index} is {article} {kind}; give a "
                              "tensor or a shape such as (4, 3)")
     check_arity(module, len(tensors), target)
     grads = _requires_grad(requires_grad, given, tensors)

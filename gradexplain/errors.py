@@ -63,14 +63,16 @@ def show_number(value: float) -> str:
         if abs(value).bit_length() > 14_000:
             # str() of an int over 4,300 digits raises (Python's guard against slow conversions).
             return f"a number of about {int(abs(value).bit_length() * 0.30103):,} digits"
-        return f"a {len(str(abs(value)))}-digit number"
+        digits = len(str(abs(value)))
+        # "an 18-digit", "an 80-digit": said "eighteen", "eighty".
+        return f"{'an' if digits == 18 or str(digits)[0] == '8' else 'a'} {digits}-digit number"
     return f"{value:,}" if isinstance(value, int) else str(value)
 
 
 def the_number(value: float) -> str:
     """A number as the subject of a sentence: "the number 12", "a 400-digit number"."""
     shown = show_number(value)
-    return shown if shown.startswith("a ") else f"the number {shown}"
+    return shown if shown.startswith(("a ", "an ")) else f"the number {shown}"
 
 
 def first_line(error: BaseException) -> str:

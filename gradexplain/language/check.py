@@ -143,7 +143,9 @@ class _Checker:
                 )
             returned = scope[name].value
             if not isinstance(returned, TensorType | TupleType | UnknownType):
-                raise SpecNameError(f"returns names {name!r}, a {scope[name].kind}, not a tensor",
+                what = ("a number" if isinstance(returned, NumberType)
+                        else a_kind(scope[name].kind))
+                raise SpecNameError(f"returns names {name!r}, {what}, not a tensor",
                                     module.where)
             results.append(returned)
         result: ValueType = results[0] if len(results) == 1 else TupleType(
@@ -235,7 +237,7 @@ class _Checker:
                                     step.where.shifted(expr.column))
             if isinstance(entry.value, LayerSpec | ModuleSpec):
                 raise SpecNameError(
-                    f"{expr.id!r} is a {entry.kind}; call it on a tensor: {expr.id}(x)",
+                    f"{expr.id!r} is {a_kind(entry.kind)}; call it on a tensor: {expr.id}(x)",
                     step.where.shifted(expr.column),
                 )
             return entry.value

@@ -86,4 +86,4 @@ def _show(value: Scalar) -> str:
     """An operand as the message writes it: negatives in brackets, so `(-8) ** 0.5` reads right."""
     # As written in a step (`2 ** 1000`, not `2 ** 1,000`), unless too long to quote.
     text = show_number(value) if isinstance(value, int) and abs(value) >= 10**15 else str(value)
-    return f"({text})" if value < 0 or text.startswith("a ") else text
+    return f"({text})" if value < 0 or text.startswith(("a ", "an ")) else text

@@ -7,6 +7,7 @@ The schema reader is written in terms of these reads (`cursor.mapping(...)`, `.i
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from typing import NoReturn
 
@@ -36,7 +37,23 @@ def describe(value: object) -> str:
     if isinstance(value, int | float):
         return the_number(value)
     text = str(value)
-    return f"the text {text[:40]!r}" + ("..." if len(text) > 40 else "")
+    return f"the text {text[:40]!r}" + ("..." if len(text) > 40 else "") + _e_notation(text)
+
+
+# A number in e-notation as people write it (1e300, 2E-3, .5e+3) that YAML 1.1 reads as text: it
+# takes e-notation as a number only with a dot in the mantissa and a sign on the exponent.
+_E_NOTATION = re.compile(r"([-+]?)([0-9]*)(\.?)([0-9]*)[eE]([-+]?)([0-9]+)")
+
+
+def _e_notation(text: str) -> str:
+    found = _E_NOTATION.fullmatch(text.strip())
+    if found is None or not (found[2] or found[4]):
+        return ""
+    sign, whole, _, fraction, exponent_sign, exponent = found.groups()
+    mantissa = f"{whole or '0'}.{fraction or '0'}"
+    written = f"{sign}{mantissa}e{exponent_sign or '+'}{exponent}"
+    return (f" (YAML reads e-notation as a number only with a dot and a signed exponent: "
+            f"write {written})")
 
 
 class Cursor:

@@ -363,9 +363,11 @@ class _Parser:
     def _refuse(self, node: ast.AST) -> SpecSafetyError | SpecSchemaError:
         where = self._at(node)
         if isinstance(node, ast.Attribute):
+            # Imported here: the catalogue's shape rules import this module.
+            from gradexplain.language.catalogue import attribute_advice
             return SpecSafetyError(
-                f"attribute access '.{node.attr}' is not in the step language (only `.T`): "
-                "functions take the tensor as an argument (`sum(x)`, not `x.sum()`)",
+                f"attribute access '.{node.attr}' is not in the step language"
+                f"{attribute_advice(node.attr, '...')}",
                 where,
             )
         if isinstance(node, ast.Lambda | ast.NamedExpr | ast.Await | ast.Yield | ast.YieldFrom):

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import NoReturn
 
 from gradexplain.errors import Location, SpecError, SpecNameError, SpecSafetyError
-from gradexplain.language.catalogue import FUNCTIONS
+from gradexplain.language.catalogue import FUNCTIONS, attribute_advice
 from gradexplain.language.expr import Name, names_used
 from gradexplain.language.model import ModuleSpec
 from gradexplain.language.scope import Scope, module_label, suggest
@@ -46,8 +46,7 @@ def _refuse(module: ModuleSpec, scope: Scope, name: Name, where: Location) -> No
         raise SpecNameError(_layer_weights(name.id), where)
     # A tensor: `x.exp()`, `x.shape`.
     member = members[0]
-    instead = (f"; call the function instead: `{member}({root})`"
-               if member in FUNCTIONS and len(members) == 1 else " (only `.T` is)")
+    instead = attribute_advice(member, root) if len(members) == 1 else " (only `.T` is)"
     raise SpecSafetyError(
         f"attribute access '.{member}' on the {entry.kind} {root!r} is not in the step "
         f"language{instead}", where)

@@ -54,7 +54,7 @@ def define(scope: Scope, name: str, entry: Entry) -> None:
     """Add a name to a module's scope, refusing reserved names and names defined twice."""
     if name in RESERVED_NAMES:
         raise SpecNameError(
-            f"{name!r} is a function of the step language and cannot name a {entry.kind}; "
+            f"{name!r} is a function of the step language and cannot name {a_kind(entry.kind)}; "
             "choose another name",
             entry.where,
         )

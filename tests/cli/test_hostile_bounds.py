@@ -5,6 +5,7 @@ the file; a spec just under each bound still validates."""
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -12,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.helpers.cli import REPO
 
@@ -222,3 +224,61 @@ def test_tensors_made_inside_steps_count_toward_the_total(write_spec: Write) -> 
     over the 20,000,000 all the spec's tensors may hold."""
     message = refused(write_spec(outer_product(3_000, terms=2)))
     assert "20,000,000" in message and "in all" in message, message
+
+
+# --- messages ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("written", "number"), [
+    ("1e30", 1e30), ("2E-3", 2e-3), ("-3e2", -300.0), (".5e3", 500.0), ("1.5e10", 1.5e10),
+    ("7e+1", 70.0),
+])
+def test_e_notation_that_yaml_reads_as_text_is_explained(written: str, number: float,
+                                                         write_spec: Write) -> None:
+    """YAML 1.1 reads `1e30` as text; the message says so and what to write, and what it says
+    to write is, for PyYAML itself, that number."""
+    spec = ("inputs:\n  x: {value: VALUE, requires_grad: true}\n"
+            "forward: ['y = x * 2']\nbackward: y\n")
+    assert isinstance(yaml.safe_load(written), str)
+    message = refused(write_spec(spec.replace("VALUE", written)))
+    assert "inputs.x.value" in message and "text" in message and "dot" in message, message
+    suggested = message.rsplit("write ", 1)[1].rstrip(")")
+    read = yaml.safe_load(suggested)
+    assert isinstance(read, float), suggested
+    assert math.isclose(read, number, rel_tol=1e-12), suggested
+    accepted(write_spec(spec.replace("VALUE", suggested)))
+
+
+@pytest.mark.parametrize("step", ["y = sum(x.data)", "y = sum((x * 2).data)",
+                                  "y = sum(x.T.data)"])
+def test_dot_data_suggests_a_function_that_exists(step: str, write_spec: Write) -> None:
+    message = refused(write_spec(f"inputs:\n  x: {{rand: [3], requires_grad: true}}\n"
+                                 f"forward: ['{step}']\nbackward: y\n"))
+    assert "'.data'" in message, message
+    assert "data(" not in message, message
+    assert "detach(" in message, message
+    # ...and detach is a function a step can call: the suggestion validates.
+    accepted(write_spec("inputs:\n  x: {rand: [3], requires_grad: true}\n"
+                        "forward: ['y = sum(x * detach(x))']\nbackward: y\n"))
+
+
+def test_a_huge_whole_number_is_named_by_its_digits(write_spec: Write) -> None:
+    message = refused(write_spec(f"seed: {2**64}\ninputs:\n  x: {{rand: [3], requires_grad: true}}"
+                                 "\nforward: ['y = sum(x)']\nbackward: y\n"))
+    assert "seed" in message and "got a 20-digit number" in message, message
+    message = refused(write_spec("inputs:\n  x: {rand: [3], requires_grad: true}\n"
+                                 "forward: ['y = sum(x)']\n"
+                                 f"backward: {{of: y, times: {10**17}}}\n"))
+    assert "times" in message and "got an 18-digit number" in message, message
+
+
+@pytest.mark.parametrize(("spec", "phrase"), [
+    ("inputs:\n  sum: {rand: [3], requires_grad: true}\nforward: ['y = sum * 2']\nbackward: y\n",
+     "an input"),
+    ("inputs:\n  x: {rand: [3], requires_grad: true}\n"
+     "modules:\n  m: {forward: {args: [a], steps: ['c = 2 * 3'], returns: c}}\n"
+     "forward: ['y = m(x)']\nbackward: y\n", "a number"),
+])
+def test_articles_fit_the_word(spec: str, phrase: str, write_spec: Write) -> None:
+    message = refused(write_spec(spec))
+    assert phrase in message, message
+    assert " a input" not in message and " a argument" not in message, message

@@ -23,6 +23,17 @@ from gradexplain.language.catalogue.signature import (
 RESERVED_NAMES = frozenset(FUNCTIONS) | {"torch", "nn", "F", "self", "grad", "backward"}
 
 
+def attribute_advice(member: str, operand: str) -> str:
+    """What to write instead of `operand.member` (the step language has only `.T`), as the end of
+    a message: the function of that name if there is one, `detach` for `.data`, else nothing to
+    suggest (a message must never name a function that does not exist)."""
+    if member in FUNCTIONS:
+        return f"; call the function instead: `{member}({operand})`"
+    if member == "data":
+        return f" (only `.T` is); for the value without its graph, call `detach({operand})`"
+    return " (only `.T` is)"
+
+
 __all__ = [
     "FUNCTIONS",
     "LAYERS",
@@ -35,6 +46,7 @@ __all__ = [
     "LayerRule",
     "Options",
     "Param",
+    "attribute_advice",
     "bind",
     "call_function",
     "did_you_mean",
