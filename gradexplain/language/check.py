@@ -59,11 +59,7 @@ from gradexplain.language.shapes import (
     ValueType,
     show,
 )
-from gradexplain.language.work import check_work
-
-# Functions whose result is usually a view of their operand, so not added to the total (reshape
-# of a transposed tensor copies; the bound on every single tensor still applies to all of them).
-_VIEWS = frozenset({"reshape", "flatten", "transpose", "squeeze", "unsqueeze", "chunk", "detach"})
+from gradexplain.language.work import bound_intermediate, check_work
 
 
 def check_spec(spec: ModelSpec) -> ModelSpec:
@@ -196,36 +192,14 @@ class _Checker:
         return value
 
     def intermediate(self, expr: Expr, value: ValueType, scope: Scope, step: Step) -> None:
-        """A tensor made inside a step (`x[:, None] * x[None, :]` in `sum(...)`) is as real as a
-        named one: bound it alike. Views (indexing, .T) hold no memory of their own, and a
-        module's result is counted inside the module, so neither adds to the total."""
-        where = step.where.shifted(getattr(expr, "column", 0))
+        """A tensor made inside a step is bounded like a named one (work.py says how)."""
         items = value.items if isinstance(value, TupleType) else (value,)
+        module_call = isinstance(expr, Call) and isinstance(
+            getattr(scope.get(expr.func), "value", None), ModuleSpec)
         for item in items:
-            if not isinstance(item, TensorType):
-                continue
-            count = shapes.numel(item.shape)
-            if count > MAX_ELEMENTS:
-                raise SpecLimitError(
-                    f"in step {quoted(step.text)}: a tensor made inside the step would have "
-                    f"shape {show(item.shape)}, {count:,} elements; the limit for every tensor "
-                    f"is {MAX_ELEMENTS:,} (make the inputs smaller)",
-                    where,
-                )
-            if isinstance(expr, Index | Transpose) or (isinstance(expr, Call) and (
-                    expr.func in _VIEWS or isinstance(getattr(scope.get(expr.func), "value", None),
-                                                      ModuleSpec))):
-                continue
-            self.total_elements += count
-            if self.total_elements > MAX_TOTAL_ELEMENTS:
-                raise SpecLimitError(
-                    f"with a tensor of shape {show(item.shape)} made inside step "
-                    f"{quoted(step.text, 40)}, the spec's tensors hold "
-                    f"{self.total_elements:,} elements in all; the limit is "
-                    f"{MAX_TOTAL_ELEMENTS:,} (hooks are explained on tiny models: make the "
-                    "tensors smaller)",
-                    where,
-                )
+            if isinstance(item, TensorType):
+                self.total_elements = bound_intermediate(expr, item.shape, module_call, step,
+                                                         self.total_elements)
 
     def _infer(self, expr: Expr, scope: Scope, step: Step) -> ValueType:
         if isinstance(expr, Number):

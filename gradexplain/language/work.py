@@ -1,4 +1,5 @@
-"""The total work a spec asks of a walk, bounded at validate time: steps run and backward runs.
+"""The total work a spec asks of a walk, bounded at validate time: steps run, backward runs, and
+the tensors made inside steps (which no name declares).
 
 A spec's size bounds (steps written, tensor elements) do not bound what it asks for: a module that
 calls its child twice, 12 levels deep, is a 1 KB spec whose forward runs 16,000 steps (131 s and
@@ -14,6 +15,8 @@ from __future__ import annotations
 from gradexplain.errors import SpecLimitError, quoted
 from gradexplain.language.expr import BinOp, Call, Expr, Index, Neg, Transpose
 from gradexplain.language.model import ModelSpec, ModuleSpec, Step
+from gradexplain.language.schema import MAX_ELEMENTS, MAX_TOTAL_ELEMENTS
+from gradexplain.language.shapes import Shape, numel, show
 
 # The forward's steps with every module call expanded. bench/'s 1,000-layer spec (issue 20) runs
 # 2,000 steps (Linear and Tanh at each layer, all at the top level); twice that leaves room for
@@ -25,6 +28,9 @@ MAX_BACKWARD_RUNS = 200
 # Backward runs times the forward's steps: each run goes back through every step's hooks.
 # The 1,000-layer spec may be run back through 10 times, a 100-step spec 200 times.
 MAX_BACKWARD_WORK = 20_000
+# Functions whose result is usually a view of their operand, so not added to the total (reshape
+# of a transposed tensor copies; the bound on every single tensor still applies to all of them).
+_VIEWS = frozenset({"reshape", "flatten", "transpose", "squeeze", "unsqueeze", "chunk", "detach"})
 
 
 def check_work(spec: ModelSpec) -> int:
@@ -54,6 +60,32 @@ def check_work(spec: ModelSpec) -> int:
                 f"at most {MAX_BACKWARD_WORK:,} are allowed: run backward fewer times or "
                 "explain a smaller model", where)
     return steps_run
+
+
+def bound_intermediate(expr: Expr, shape: Shape, module_call: bool, step: Step,
+                       total: int) -> int:
+    """A tensor made inside a step (`x[:, None] * x[None, :]` in `sum(...)`) is as real as a
+    named one: refuse it over the bound on one tensor, and add it to the total of all of them
+    (returned). Views (indexing, .T, reshape) hold no memory of their own, and a module's
+    result is counted inside the module, so neither adds to the total."""
+    where = step.where.shifted(getattr(expr, "column", 0))
+    count = numel(shape)
+    if count > MAX_ELEMENTS:
+        raise SpecLimitError(
+            f"in step {quoted(step.text)}: a tensor made inside the step would have shape "
+            f"{show(shape)}, {count:,} elements; the limit for every tensor is "
+            f"{MAX_ELEMENTS:,} (make the inputs smaller)", where)
+    if isinstance(expr, Index | Transpose) or module_call or (
+            isinstance(expr, Call) and expr.func in _VIEWS):
+        return total
+    total += count
+    if total > MAX_TOTAL_ELEMENTS:
+        raise SpecLimitError(
+            f"with a tensor of shape {show(shape)} made inside step {quoted(step.text, 40)}, "
+            f"the spec's tensors hold {total:,} elements in all; the limit is "
+            f"{MAX_TOTAL_ELEMENTS:,} (hooks are explained on tiny models: make the tensors "
+            "smaller)", where)
+    return total
 
 
 class _StepCounter:
