@@ -74,6 +74,8 @@ def misbehave(how):
         raise Custom("a BaseException of its own")
     if how == "interrupt":
         raise KeyboardInterrupt()
+    if how == "runtime_error":  # what torch raises too: still the hook's, not torch's refusal
+        raise RuntimeError("this hook is unhappy")
 
 
 class Net(nn.Module):
@@ -373,7 +375,9 @@ RAISES = [("make_forward", "unprintable", "Unprintable"),
           ("make_factory", "unprintable", "Unprintable"),
           ("make_factory", "generator_exit", "GeneratorExit"),
           ("make_backward_hook", "huge", "ValueError"),
-          ("make_backward_hook", "custom_base", "Custom")]
+          ("make_backward_hook", "custom_base", "Custom"),
+          ("make_backward_hook", "runtime_error", "RuntimeError"),
+          ("make_tensor_hook", "runtime_error", "RuntimeError")]
 
 
 @pytest.mark.parametrize(("place", "how", "name"), RAISES,
