@@ -40,10 +40,12 @@ def caught(error: BaseException) -> bool:
 
 
 def cut(text: str, limit: int = MESSAGE_LIMIT) -> str:
-    """The first line of `text`, at most `limit` characters."""
+    """The first line of `text`, at most `limit` characters, control characters escaped (the
+    user's text must not drive the terminal the error line is printed on)."""
     stripped = text.strip()
     line = stripped.splitlines()[0] if stripped else ""
-    return line if len(line) <= limit else line[:limit] + "..."
+    shown = line if len(line) <= limit else line[:limit] + "..."
+    return "".join(char if char.isprintable() else repr(char)[1:-1] for char in shown)
 
 
 def message_of(error: BaseException) -> str:
@@ -83,7 +85,7 @@ def user_frame(error: BaseException) -> str | None:
     while trace is not None:
         code = trace.tb_frame.f_code
         if _is_users(code.co_filename):
-            found = f"in {code.co_name}, {Path(code.co_filename).name}:{trace.tb_lineno}"
+            found = cut(f"in {code.co_name}, {Path(code.co_filename).name}:{trace.tb_lineno}")
         trace = trace.tb_next
     return found
 

@@ -74,6 +74,8 @@ def misbehave(how):
         raise Custom("a BaseException of its own")
     if how == "interrupt":
         raise KeyboardInterrupt()
+    if how == "escape":
+        raise ValueError("\x1b[2J\x1b]0;pwned\x07 cleared the screen")
     if how == "runtime_error":  # what torch raises too: still the hook's, not torch's refusal
         raise RuntimeError("this hook is unhappy")
 
@@ -370,6 +372,7 @@ def test_a_module_returning_none_is_named(models: Path) -> None:
 RAISES = [("make_forward", "unprintable", "Unprintable"),
           ("make_forward", "not_a_string", "NotAString"),
           ("make_forward", "huge", "ValueError"),
+          ("make_forward", "escape", "ValueError"),
           ("make_forward", "generator_exit", "GeneratorExit"),
           ("make_forward", "custom_base", "Custom"),
           ("make_factory", "unprintable", "Unprintable"),
@@ -386,6 +389,7 @@ def test_any_exception_is_one_bounded_line(models: Path, place: str, how: str,
                                            name: str) -> None:
     line = assert_one_error_line(walk(models, place, env={"HOSTILE_HOW": how}), name)
     assert len(line) < 600, len(line)
+    assert line.isprintable(), line  # no terminal control sequence from the message
 
 
 def test_the_api_raises_its_own_error_for_an_exit(monkeypatch: pytest.MonkeyPatch) -> None:
