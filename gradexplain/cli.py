@@ -272,8 +272,19 @@ def _session(spec: str | None, load: Path | None, options: RunOptions = NO_OPTIO
     source = open_source(spec, load, options)
     if not isinstance(source, Source):
         return source
-    with _progress_bar() as progress:
-        return source.capture(progress)
+    if source.spec is not None:
+        with _progress_bar() as progress:
+            return source.capture(progress)
+    from gradexplain.user_output import captured_stdout
+
+    # A Python model's own prints would corrupt stdout (JSON, a report): shown on stderr.
+    # (Inside the progress bar, which would otherwise take them to its console.)
+    with _progress_bar() as progress, captured_stdout() as printed:
+        try:
+            return source.capture(progress)
+        finally:
+            for line in printed.lines():
+                typer.echo(line, err=True)
 
 
 @contextmanager

@@ -76,9 +76,13 @@ def the_number(value: float) -> str:
 
 
 def first_line(error: BaseException) -> str:
-    """The first line of an exception's message (torch's run on), or its repr if it has none."""
-    text = str(error).strip()
-    return first_line_of(text) if text else repr(error)
+    """The first line of an exception's message (torch's run on), or its repr if it has none;
+    its type's name if its __str__ or __repr__ raises (the user's own exceptions may)."""
+    try:
+        text = str(error).strip()
+        return first_line_of(text) if text else repr(error)
+    except Exception:
+        return type(error).__name__
 
 
 def first_line_of(text: str) -> str:

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from gradexplain.capture.usercode import caught, described, not_a_tensor_returned, with_place
 from gradexplain.errors import ModelRunError, SpecRunError, first_line, quoted
 from gradexplain.language.catalogue import FUNCTIONS, LAYERS, bind
 from gradexplain.language.constants import fold
@@ -99,12 +100,13 @@ class Built:
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(self.spec.seed)
                 output = self.model(*self.inputs)
-        except Exception as error:
+        except BaseException as error:  # the user's sys.exit() and BaseExceptions too
             # (torch refusing full hooks on an in-place change is the pipeline's to handle:
             # it leaves them off the modules concerned, see capture/inplace.py)
-            shapes = ", ".join(str(tuple(tensor.shape)) for tensor in self.inputs)
-            raise ModelRunError(f"{python.target}: its forward raised {type(error).__name__} on "
-                                f"inputs of shape {shapes}: {first_line(error)}") from error
+            if not caught(error):
+                raise
+            raise ModelRunError(_forward_failed(python.target, self.model, self.inputs,
+                                                error)) from error
         return _python_results(output, python)
 
     def input(self, name: str) -> torch.Tensor:
@@ -119,6 +121,25 @@ class Built:
                                                             strict=True)}
         result.update(dict(self.model.named_parameters()))
         return result
+
+
+def _forward_failed(target: str, model: nn.Module, inputs: tuple[torch.Tensor, ...],
+                    error: BaseException) -> str:
+    """One line for a Python model's failed forward: what its code did, on which inputs and
+    where; a module that returned no tensor (which torch's legacy hooks fail on) said plainly."""
+    returned = not_a_tensor_returned(error, model)
+    if returned is not None:
+        path, kind = returned
+        if not path:
+            return (f"{target}: its forward returned {kind}; gradexplain needs a tensor (or a "
+                    "tuple/dict of tensors) to backpropagate from")
+        return (f"{target}: the forward of {path} returned {kind}; gradexplain puts a legacy "
+                "backward hook on every module, and torch needs a tensor (or a tuple/dict of "
+                "tensors) in a module's result for it")
+    shapes = ", ".join(str(tuple(tensor.shape)) for tensor in inputs)
+    verb, _, message = described(error).partition(": ")
+    return with_place(f"{target}: its forward {verb} on inputs of shape {shapes}"
+                      f"{': ' + message if message else ''}", error)
 
 
 def build(spec: ModelSpec) -> Built:

@@ -26,6 +26,7 @@ from gradexplain.capture.passes import checked_pass, graph_change, run_steps
 from gradexplain.capture.pins import pin_pass
 from gradexplain.capture.replay import Replay, ReplayMismatch
 from gradexplain.capture.trace import trace
+from gradexplain.capture.usercode import blamed_on_user
 from gradexplain.capture.values import value_limit
 from gradexplain.errors import (
     HookRefusedError,
@@ -209,9 +210,10 @@ def capture_target(target: str, shapes: Sequence[str], inputs_file: Path | None,
     # Typos are reported before user code runs.
     parsed = [parse_input(text) for text in shapes]
     path = WHOLE if output is None else parse_output_path(output)
-    model = load_model(target)
-    tensors = load_inputs(inputs_file) if inputs_file is not None else random_inputs(parsed)
-    check_arity(model, len(tensors), target)
+    with blamed_on_user(target):  # import and factory say what failed; this is for the rest
+        model = load_model(target)
+        tensors = load_inputs(inputs_file) if inputs_file is not None else random_inputs(parsed)
+        check_arity(model, len(tensors), target)
     given = (f"--inputs {inputs_file}" if inputs_file is not None
              else " ".join(f"--input {item.text}" for item in parsed))
     selected = "" if output is None else f" --loss-of {path_text(path)}"
@@ -235,10 +237,13 @@ def capture_module(model: nn.Module, inputs: tuple[torch.Tensor, ...], target: s
 
     if loss not in ("sum", "mean"):
         raise UsageError(f"loss {loss!r}: use 'sum' or 'mean'")
-    source = python_source(model, inputs, target, loss, command,  # type: ignore[arg-type]
-                           output, requires_grad)
-    return capture(source.spec, target, source.description, source.build, max_values, progress,
-                   threads)
+    # The user's code runs in every stage (forwards, hooks, deep copies): what it raises or
+    # exits with there is said in one line, with the stage and the place in their file.
+    with blamed_on_user(target, "set-up") as stage:
+        source = python_source(model, inputs, target, loss, command,  # type: ignore[arg-type]
+                               output, requires_grad)
+        return capture(source.spec, target, source.description, source.build, max_values,
+                       stage.track(progress), threads)
 
 
 __all__ = ["STAGES", "Progress", "capture", "capture_module", "capture_target"]

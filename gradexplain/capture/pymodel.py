@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from gradexplain.capture.build import Built
+from gradexplain.capture.usercode import caught, described, message_of, safe_repr, with_place
 from gradexplain.errors import BadInput, Location, first_line
 from gradexplain.language.model import (
     BackwardSpec,
@@ -138,11 +139,14 @@ def as_module(found: Any, target: str, seed: int = 0) -> nn.Module:
             torch.manual_seed(seed)
             made = found()
     except TypeError as error:
-        raise ModelLoadError(f"{target}: calling it with no arguments failed ({error}); name "
-                             "an nn.Module or a zero-argument function that returns one") from error
-    except Exception as error:
-        raise ModelLoadError(f"{target}: calling it raised {type(error).__name__}: "
-                             f"{first_line(error)}") from error
+        raise ModelLoadError(f"{target}: calling it with no arguments failed "
+                             f"({message_of(error)}); name an nn.Module or a zero-argument "
+                             "function that returns one") from error
+    except BaseException as error:  # sys.exit() too: the factory's exit is not ours to pass on
+        if not caught(error):
+            raise
+        raise ModelLoadError(with_place(f"{target}: calling it {described(error)}",
+                                        error)) from error
     if not isinstance(made, nn.Module):
         raise ModelLoadError(f"{target}: calling it returned {_a(type(made).__name__)}, not an "
                              "nn.Module")
@@ -169,10 +173,12 @@ def _import_file(where: str) -> Any:
     sys.modules[name] = module
     try:
         spec.loader.exec_module(module)
-    except Exception as error:
+    except BaseException as error:  # sys.exit() at import too
         sys.modules.pop(name, None)
-        raise ModelLoadError(f"{where}: running it raised {type(error).__name__}: "
-                             f"{first_line(error)}") from error
+        if not caught(error):
+            raise
+        raise ModelLoadError(with_place(f"{where}: running it {described(error)}",
+                                        error)) from error
     finally:
         sys.path.remove(str(path.resolve().parent))
     return module
@@ -187,10 +193,12 @@ def _import_module(where: str) -> Any:
     try:
         return importlib.import_module(where)
     except ModuleNotFoundError as error:
-        raise ModelLoadError(f"{where}: cannot import it ({error})") from error
-    except Exception as error:
-        raise ModelLoadError(f"{where}: importing it raised {type(error).__name__}: "
-                             f"{first_line(error)}") from error
+        raise ModelLoadError(f"{where}: cannot import it ({message_of(error)})") from error
+    except BaseException as error:  # sys.exit() at import too
+        if not caught(error):
+            raise
+        raise ModelLoadError(with_place(f"{where}: importing it {described(error)}",
+                                        error)) from error
     finally:
         if added:
             sys.path.remove(str(Path.cwd()))
@@ -316,7 +324,7 @@ def python_source(model: nn.Module, inputs: Sequence[torch.Tensor], target: str,
         f"{name}: {tuple(tensor.shape)} {_dtype_name(tensor)}{'' if wanted else ' (no grad)'}"
         for name, tensor, wanted in zip(names, inputs, grads, strict=True))
     lines = [f"# {command}" if command else f"# {target}", f"# inputs: {shapes}",
-             f"# loss = {selected}.{loss}(); loss.backward()", repr(model)]
+             f"# loss = {selected}.{loss}(); loss.backward()", safe_repr(model)]
     return PythonSource(spec, model, tuple(inputs), "\n".join(lines) + "\n")
 
 

@@ -27,6 +27,7 @@ from torch import nn
 
 from gradexplain.capture.build import Built, make_tensor, observe
 from gradexplain.capture.user_hooks import user_hooks
+from gradexplain.capture.usercode import user_frame
 from gradexplain.capture.values import grad_outputs, tensor_value
 from gradexplain.errors import ExpectationError, Location
 from gradexplain.records.names import ACCUMULATE, HOOK_WRAPPER, canonical_name, op_name
@@ -410,6 +411,8 @@ class _Recorder:
         try:
             action()
         except RuntimeError as exc:
+            if self.spec.python is not None and user_frame(exc) is not None:
+                raise  # the model's own hook raised it, not torch refusing the call (usercode)
             message = str(exc)
             expected = expect is not None and expect.lower() in message.lower()
             return RunError(type(exc).__name__, message, expected, of.requires_grad,

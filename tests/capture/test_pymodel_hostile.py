@@ -1,0 +1,405 @@
+"""The user's own Python model misbehaving (issue 19): what it prints, exits with or raises.
+
+Each test writes a small model file in tmp_path and runs the real command line in a subprocess
+(`python -m gradexplain walk FILE.py:NAME --input 2x3`, this tree on PYTHONPATH, a timeout so
+nothing can hang the suite). The rule: stdout is gradexplain's alone (JSON still parses, the
+model's prints are on stderr), and anything the user's code raises or exits with (at import, in
+the factory, forward, a hook, a deep copy) is one `error:` line naming the file, exit 2; Ctrl-C
+stays exit 130. Gradients are compared with plain PyTorch run here, on the same source.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from tests.helpers.cli import REPO, Result
+
+FILE = "hostile_models.py"
+
+# One file of models; each factory misbehaves in one way. Plain PyTorch: the tests exec it too.
+SOURCE = '''
+import copy
+import os
+import sys
+
+import torch
+from torch import nn
+
+if os.environ.get("HOSTILE_AT_IMPORT") == "print":
+    print("import says hello")
+if os.environ.get("HOSTILE_AT_IMPORT") == "exit":
+    sys.exit(7)
+
+
+class Unprintable(Exception):
+    def __str__(self):
+        raise RuntimeError("no message for you")
+
+
+class NotAString(Exception):
+    def __str__(self):
+        return 5
+
+
+class Custom(BaseException):
+    pass
+
+
+def misbehave(how):
+    if how == "exit":
+        sys.exit(3)
+    if how == "exit_text":
+        sys.exit("bye")
+    if how == "unprintable":
+        raise Unprintable()
+    if how == "not_a_string":
+        raise NotAString()
+    if how == "huge":
+        raise ValueError("x" * 1_000_000)
+    if how == "generator_exit":
+        raise GeneratorExit()
+    if how == "custom_base":
+        raise Custom("a BaseException of its own")
+    if how == "interrupt":
+        raise KeyboardInterrupt()
+    if how == "escape":
+        raise ValueError("\x1b[2J\x1b]0;pwned\x07 cleared the screen")
+    if how == "runtime_error":  # what torch raises too: still the hook's, not torch's refusal
+        raise RuntimeError("this hook is unhappy")
+
+
+class Net(nn.Module):
+    def __init__(self, how=None, prints=0):
+        super().__init__()
+        self.l = nn.Linear(3, 2)
+        self.how = how
+        self.prints = prints
+
+    def forward(self, x):
+        misbehave(self.how)
+        for number in range(self.prints):
+            print("forward line", number, "\\x1b[2J")
+        return torch.tanh(self.l(x))
+
+
+class BadRepr(Net):
+    def extra_repr(self):
+        raise ValueError("extra_repr is broken")
+
+
+class ExitingRepr(Net):
+    def __repr__(self):
+        sys.exit(9)
+
+
+class NoCopy(Net):
+    def __deepcopy__(self, memo):
+        misbehave(os.environ["HOSTILE_HOW"])
+
+
+class ReturnsNone(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l = nn.Linear(3, 2)
+
+    def forward(self, x):
+        self.l(x)
+
+
+class Logger(nn.Module):
+    def forward(self, x):
+        return None
+
+
+class LogsInside(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.log = Logger()
+        self.l = nn.Linear(3, 2)
+
+    def forward(self, x):
+        self.log(x)
+        return self.l(x)
+
+
+def how():
+    return os.environ.get("HOSTILE_HOW")
+
+
+def make_printing():
+    print("factory says hello")
+    model = Net(prints=3)
+    model.l.register_forward_hook(lambda module, args, out: print("hook says hello"))
+    return model
+
+
+def make_chatty():
+    return Net(prints=100_000)
+
+
+def make_forward():
+    return Net(how())
+
+
+def make_factory():
+    misbehave(how())
+    return Net()
+
+
+def make_forward_hook():
+    model = Net()
+    model.l.register_forward_hook(lambda module, args, out: misbehave(how()))
+    return model
+
+
+def make_backward_hook():
+    model = Net()
+    model.l.register_full_backward_hook(lambda module, grad_in, grad_out: misbehave(how()))
+    return model
+
+
+def make_tensor_hook():
+    model = Net()
+    model.l.weight.register_hook(lambda grad: misbehave(how()))
+    return model
+
+
+def make_no_copy():
+    return NoCopy()
+
+
+def make_bad_repr():
+    return BadRepr()
+
+
+def make_exiting_repr():
+    return ExitingRepr()
+
+
+def make_returns_none():
+    return ReturnsNone()
+
+
+def make_logs_inside():
+    return LogsInside()
+'''
+
+
+@pytest.fixture
+def models(tmp_path: Path) -> Path:
+    path = tmp_path / FILE
+    path.write_text(SOURCE, encoding="utf-8")
+    return path
+
+
+def run(*args: str, env: dict[str, str] | None = None) -> Result:
+    """`python -m gradexplain ARGS` in a process of its own, this tree first on the path."""
+    done = subprocess.run(
+        [sys.executable, "-m", "gradexplain", *args], capture_output=True, text=True, cwd=REPO,
+        env={**os.environ, "NO_COLOR": "1", "COLUMNS": "100", "PYTHONPATH": str(REPO),
+             **(env or {})},
+        timeout=180, check=False)
+    return Result(done.returncode, done.stdout, done.stderr)
+
+
+def walk(models: Path, factory: str, *more: str, env: dict[str, str] | None = None) -> Result:
+    return run("walk", f"{models}:{factory}", "--input", "2x3", *more, env=env)
+
+
+def assert_one_error_line(result: Result, *words: str) -> str:
+    """Exit 2, nothing on stdout, one `error:` line naming the model file (and `words`)."""
+    assert result.code == 2, (result.code, result.stderr[-2000:])
+    assert result.stdout == ""
+    assert "Traceback" not in result.stderr and "internal error" not in result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr[-2000:]
+    line = lines[0]
+    assert line.startswith("error: ") and FILE in line, line
+    for word in words:
+        assert word in line, (word, line)
+    return line
+
+
+def plain_torch(factory: str) -> dict[str, torch.Tensor]:
+    """The oracle: SOURCE's factory under torch.manual_seed(0), on torch.manual_seed(0)'s
+    randn(2, 3), `loss = output.sum(); loss.backward()`; the gradients by leaf name."""
+    namespace: dict[str, Any] = {}
+    with contextlib.redirect_stdout(io.StringIO()), torch.random.fork_rng(devices=[]):
+        exec(compile(SOURCE, FILE, "exec"), namespace)
+        torch.manual_seed(0)
+        model = namespace[factory]()
+        torch.manual_seed(0)
+        x = torch.randn(2, 3).requires_grad_()
+        model(x).sum().backward()
+    grads = {"x": x.grad}
+    grads.update({name: param.grad for name, param in model.named_parameters()})
+    return {name: grad for name, grad in grads.items() if grad is not None}
+
+
+def assert_grads_match(doc: dict[str, Any], factory: str) -> None:
+    expected = plain_torch(factory)
+    for walk_pass in doc["passes"]:
+        got = walk_pass["grads"]
+        assert set(got) == set(expected), (walk_pass["mode"], sorted(got))
+        for name, grad in expected.items():
+            torch.testing.assert_close(torch.tensor(got[name], dtype=grad.dtype), grad)
+
+
+# --- 1. what the model prints -------------------------------------------------------------------
+
+
+def test_prints_go_to_stderr_and_the_json_still_parses(models: Path) -> None:
+    result = walk(models, "make_printing", "--format", "json",
+                  env={"HOSTILE_AT_IMPORT": "print"})
+    assert result.code == 0, result.stderr[-2000:]
+    doc = json.loads(result.stdout)  # stdout is ours alone
+    assert_grads_match(doc, "make_printing")
+    for said in ("import says hello", "factory says hello", "hook says hello",
+                 "forward line 2"):
+        assert said in result.stderr and said not in result.stdout, said
+    printed = [line for line in result.stderr.splitlines() if "says hello" in line]
+    assert printed and all(line.startswith("model output: ") for line in printed)
+
+
+def test_a_report_on_stdout_holds_no_print(models: Path) -> None:
+    result = run("report", f"{models}:make_printing", "--input", "2x3")
+    assert result.code == 0, result.stderr[-2000:]
+    assert result.stdout.startswith("#")
+    assert "says hello" not in result.stdout and "forward line" not in result.stdout
+    assert "factory says hello" in result.stderr
+
+
+def test_printed_output_is_bounded_and_escaped(models: Path) -> None:
+    result = walk(models, "make_chatty", "--format", "json")
+    assert result.code == 0, result.stderr[-2000:]
+    json.loads(result.stdout)
+    lines = result.stderr.splitlines()
+    # 100,000 lines a forward: a screenful shown, the rest counted, no terminal escape acted on
+    assert 1 < len(lines) <= 60, len(lines)
+    assert "more line" in lines[-1]
+    assert "\x1b" not in result.stderr and "\\x1b" in result.stderr
+
+
+def test_the_api_leaves_prints_to_the_caller(capsys: pytest.CaptureFixture[str]) -> None:
+    """explain() in a notebook: the user's prints are theirs to see, on their stdout."""
+    from gradexplain.api import explain
+
+    namespace: dict[str, Any] = {}
+    exec(compile(SOURCE, FILE, "exec"), namespace)
+    explanation = explain(namespace["make_printing"], (2, 3))
+    assert not explanation.failures()
+    assert "forward line 0" in capsys.readouterr().out
+
+
+# --- 2. exits, anywhere -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Exit:
+    id: str
+    factory: str
+    env: dict[str, str]
+    words: tuple[str, ...]
+
+
+EXITS = [
+    Exit("at_import", "make_forward", {"HOSTILE_AT_IMPORT": "exit"},
+         ("running it", "SystemExit(7)")),
+    Exit("in_factory", "make_factory", {"HOSTILE_HOW": "exit"}, ("calling it", "SystemExit(3)")),
+    Exit("in_forward", "make_forward", {"HOSTILE_HOW": "exit"}, ("forward", "SystemExit(3)")),
+    Exit("with_text", "make_forward", {"HOSTILE_HOW": "exit_text"}, ("SystemExit('bye')",)),
+    Exit("in_forward_hook", "make_forward_hook", {"HOSTILE_HOW": "exit"}, ("SystemExit(3)",)),
+    Exit("in_backward_hook", "make_backward_hook", {"HOSTILE_HOW": "exit"},
+         ("SystemExit(3)", "full pass")),
+    Exit("in_tensor_hook", "make_tensor_hook", {"HOSTILE_HOW": "exit"},
+         ("SystemExit(3)", "legacy pass")),
+    Exit("in_deepcopy", "make_no_copy", {"HOSTILE_HOW": "exit"}, ("SystemExit(3)",)),
+]
+
+
+@pytest.mark.parametrize("case", EXITS, ids=[case.id for case in EXITS])
+def test_an_exit_in_user_code_is_one_error_line(models: Path, case: Exit) -> None:
+    line = assert_one_error_line(walk(models, case.factory, env=case.env), *case.words)
+    # where in the user's file: the line of sys.exit (or of the import-time exit)
+    assert re.search(rf"{re.escape(FILE)}:\d+\)$", line), line
+
+
+def test_ctrl_c_in_the_forward_is_still_130(models: Path) -> None:
+    result = walk(models, "make_forward", env={"HOSTILE_HOW": "interrupt"})
+    assert result.code == 130
+    assert "Traceback" not in result.stderr and result.stdout == ""
+
+
+# --- 3. repr, and a forward that returns nothing ------------------------------------------------
+
+
+@pytest.mark.parametrize("factory", ["make_bad_repr", "make_exiting_repr"])
+def test_a_failing_repr_does_not_stop_the_walk(models: Path, factory: str) -> None:
+    result = walk(models, factory, "--format", "json")
+    assert result.code == 0, result.stderr[-2000:]
+    assert_grads_match(json.loads(result.stdout), factory)
+    report = run("report", f"{models}:{factory}", "--input", "2x3")
+    assert report.code == 0, report.stderr[-2000:]
+    class_name = "BadRepr" if factory == "make_bad_repr" else "ExitingRepr"
+    assert f"{class_name}(" in report.stdout
+
+
+def test_a_forward_returning_none_is_said_plainly(models: Path) -> None:
+    line = assert_one_error_line(walk(models, "make_returns_none"), "returned None",
+                                 "backpropagate")
+    assert "TypeError" not in line
+
+
+def test_a_module_returning_none_is_named(models: Path) -> None:
+    line = assert_one_error_line(walk(models, "make_logs_inside"), "returned None")
+    assert "forward of log" in line and "TypeError" not in line
+
+
+# --- 4. any exception, any message --------------------------------------------------------------
+
+RAISES = [("make_forward", "unprintable", "Unprintable"),
+          ("make_forward", "not_a_string", "NotAString"),
+          ("make_forward", "huge", "ValueError"),
+          ("make_forward", "escape", "ValueError"),
+          ("make_forward", "generator_exit", "GeneratorExit"),
+          ("make_forward", "custom_base", "Custom"),
+          ("make_factory", "unprintable", "Unprintable"),
+          ("make_factory", "generator_exit", "GeneratorExit"),
+          ("make_backward_hook", "huge", "ValueError"),
+          ("make_backward_hook", "custom_base", "Custom"),
+          ("make_backward_hook", "runtime_error", "RuntimeError"),
+          ("make_tensor_hook", "runtime_error", "RuntimeError")]
+
+
+@pytest.mark.parametrize(("place", "how", "name"), RAISES,
+                         ids=[f"{how}-{place}" for place, how, _ in RAISES])
+def test_any_exception_is_one_bounded_line(models: Path, place: str, how: str,
+                                           name: str) -> None:
+    line = assert_one_error_line(walk(models, place, env={"HOSTILE_HOW": how}), name)
+    assert len(line) < 600, len(line)
+    assert line.isprintable(), line  # no terminal control sequence from the message
+
+
+def test_the_api_raises_its_own_error_for_an_exit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """explain(): the model's sys.exit() does not end the caller's notebook or script."""
+    from gradexplain.api import explain
+    from gradexplain.errors import GradexplainError
+
+    monkeypatch.setenv("HOSTILE_HOW", "exit")
+    namespace: dict[str, Any] = {}
+    exec(compile(SOURCE, FILE, "exec"), namespace)
+    with pytest.raises(GradexplainError) as raised:
+        explain(namespace["make_forward"], (2, 3))
+    assert isinstance(raised.value.__cause__, SystemExit)
