@@ -99,6 +99,15 @@ MUTATIONS: tuple[Mutation, ...] = (_drop_item, _empty, _duplicate, _rename, _num
                                    _swap_type, _drop_key, _rename, _drop_item)
 
 
+# Keys whose values name or number another record (or are a list of records).
+LINKS = frozenset({
+    "traces", "passes", "calls", "tensors", "graph", "events", "runs", "derivations", "lines",
+    "terms", "args", "module", "target", "call", "run", "index", "tensor", "node", "node_id",
+    "id", "next", "seq", "variable", "inputs", "outputs", "arguments", "root", "legacy_node",
+    "pin", "line", "term", "of", "wrt", "names", "mode", "repeats", "stale_from", "after_seq",
+    "returns_argument", "refusals", "short_names", "forward", "shape", "value", "hook"})
+
+
 def mutations(document: Any, rng: random.Random, count: int) -> Iterator[tuple[str, Any]]:
     """`count` mutated copies of `document` (a session file's JSON), each with its story."""
     # Chosen by pattern first (`session.traces.*.calls.*.module`), then a place of it: else
@@ -107,7 +116,9 @@ def mutations(document: Any, rng: random.Random, count: int) -> Iterator[tuple[s
     for path in places(document["session"], ("session",)):
         pattern = ".".join("*" if isinstance(key, int) else key for key in path)
         patterns.setdefault(pattern, []).append(path)
+    # The keys that tie one record to another, weighted up: most patterns are values.
     names = sorted(patterns)
+    names += [name for name in names if name.rsplit(".", 1)[-1] in LINKS] * 3
     made = 0
     while made < count:
         path = rng.choice(patterns[rng.choice(names)])
