@@ -26,6 +26,8 @@ _STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _NOT_BRACKET = re.compile(r"[^\[\]{}]+")
 _EMPTY_PAIR = re.compile(r"\[\]|\{\}")
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+# How JSON text writes a surrogate (half of a pair, or alone): only then is a walk needed.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89abcdefABCDEF]")
 
 
 class JsonTextError(ValueError):
@@ -50,10 +52,25 @@ def parse(text: str) -> Any:
     if too_deep(text, MAX_DEPTH):
         raise JsonTextError(f"nested more than {MAX_DEPTH} levels deep (a saved session nests "
                             "about a dozen)")
+    long_numbers: list[int] = []
+
+    def integer(digits: str) -> int | _LongNumber:
+        if len(digits.lstrip("-")) > MAX_DIGITS:
+            long_numbers.append(len(digits))
+            return _LongNumber(digits)
+        return int(digits)
+
     try:
-        document = json.loads(text, parse_int=_integer)
+        document = json.loads(text, parse_int=integer)
     except RecursionError as error:  # a backstop: the scan above refuses such text first
         raise JsonTextError(f"nested more than {MAX_DEPTH} levels deep") from error
+    if long_numbers or _SURROGATE_ESCAPE.search(text) or _LONE_SURROGATE.search(text):
+        # Only then the walk that finds the key path: it costs more than the parse.
+        _refuse_halves_and_long_numbers(document)
+    return document
+
+
+def _refuse_halves_and_long_numbers(document: Any) -> None:
     for path, item in _scalars(document):
         if isinstance(item, _LongNumber):
             raise JsonTextError(f"a number of {item.digits:,} digits; a session's numbers have "
@@ -61,7 +78,6 @@ def parse(text: str) -> Any:
         if isinstance(item, str) and _LONE_SURROGATE.search(item):
             raise JsonTextError("text with half a character in it (a lone UTF-16 surrogate "
                                 "such as \\ud800): write the whole character", path)
-    return document
 
 
 def too_deep(text: str, limit: int) -> bool:
@@ -78,12 +94,6 @@ def too_deep(text: str, limit: int) -> bool:
             return len(shorter) - len(shorter.lstrip("[{")) > limit
         brackets = shorter
     return bool(brackets)
-
-
-def _integer(text: str) -> int | _LongNumber:
-    if len(text.lstrip("-")) > MAX_DIGITS:
-        return _LongNumber(text)
-    return int(text)
 
 
 def _scalars(document: Any) -> Iterator[tuple[KeyPath, Any]]:
