@@ -191,3 +191,21 @@ def test_a_whole_character_written_as_two_escapes_still_loads(
 def test_a_huge_schema_string_is_not_echoed_whole(tmp_path: Path) -> None:
     path = _write(tmp_path, json.dumps({"schema": "x" * 5_000_000, "session": {}}))
     assert_refused(run_cli("report", "--load", str(path)), path, "schema")
+
+
+@pytest.mark.parametrize("where", ["mode", "unknown_key", "node_id"])
+def test_a_huge_value_inside_the_session_is_not_echoed_whole(
+        where: str, saved: Document, tmp_path: Path) -> None:
+    document = copy.deepcopy(saved)
+    trace = document["session"]["traces"][0]
+    huge = "m" * 1_000_000
+    if where == "mode":
+        trace["mode"] = huge
+    elif where == "unknown_key":
+        trace["tensors"][0][huge] = 1
+    else:
+        node = next(node for node in trace["graph"] if node["next"])
+        node["next"][0][0] = huge
+    path = _write(tmp_path, json.dumps(document))
+    line = assert_refused(run_cli("diff", "--load", str(path)), path, "traces")
+    assert "mmmm" in line  # quoted, but cut short (assert_refused bounds the line)
