@@ -180,12 +180,12 @@ def test_half_a_character_is_refused_with_its_key_path(saved: Document, tmp_path
 def test_a_whole_character_written_as_two_escapes_still_loads(
         saved: Document, tmp_path: Path) -> None:
     document = copy.deepcopy(saved)
-    document["session"]["walk"]["name"] = "two \U0001f600 modules"
+    document["session"]["walk"]["spec"] = "two \U0001f600 modules.yaml"
     path = _write(tmp_path, json.dumps(document))
     result = run_cli("walk", "--load", str(path), "--format", "json")
     assert result.code == 0, result.stderr
     shown = json.dumps(json.loads(result.stdout), ensure_ascii=False)
-    assert "two \U0001f600 modules" in shown
+    assert "two \U0001f600 modules.yaml" in shown
 
 
 def test_a_huge_schema_string_is_not_echoed_whole(tmp_path: Path) -> None:
