@@ -15,6 +15,8 @@ from collections.abc import Callable
 from functools import cache
 from typing import Any, TypeVar, Union
 
+from gradexplain.errors import quoted
+
 T = TypeVar("T")
 
 Path = tuple[str | int, ...]
@@ -63,7 +65,8 @@ def _decode(kind: Any, data: Any, path: Path) -> Any:
         return _union(args, data, path)
     if origin is typing.Literal:
         if data not in args:
-            raise DecodeError(f"expected one of {', '.join(map(repr, args))}, got {data!r}", path)
+            raise DecodeError(f"expected one of {', '.join(map(repr, args))}, got {_shown(data)}",
+                              path)
         return data
     if origin in (tuple, list, frozenset):
         if not isinstance(data, list):
@@ -94,7 +97,7 @@ def _dataclass(kind: type, data: Any, path: Path) -> Any:
             raise DecodeError(f"missing key {field.name!r}", path)
     unknown = sorted(set(data) - {field.name for field in dataclasses.fields(kind)})
     if unknown:
-        raise DecodeError(f"unknown key {unknown[0]!r}", path)
+        raise DecodeError(f"unknown key {quoted(unknown[0])}", path)
     return kind(**values)
 
 
@@ -148,6 +151,12 @@ def _scalar(kind: Any, data: Any, path: Path) -> Any:
 @cache
 def _hints(kind: type) -> dict[str, Any]:
     return typing.get_type_hints(kind)
+
+
+def _shown(data: Any) -> str:
+    """A value a message quotes: text cut short (a 5 MB string is no one-line error), other
+    values by their kind."""
+    return quoted(data) if isinstance(data, str) else _kind(data)
 
 
 def _kind(data: Any) -> str:

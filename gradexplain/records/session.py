@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from gradexplain import __version__
-from gradexplain.errors import SessionError, UsageError
+from gradexplain.errors import SessionError, UsageError, quoted
 from gradexplain.language.expr import Call, names_used
 from gradexplain.language.model import ModelSpec, ModuleSpec
+from gradexplain.records import consistency, jsontext
 from gradexplain.records.codec import DecodeError, from_data, to_data
 from gradexplain.records.trace import PassTrace
 from gradexplain.records.walk import Walk
@@ -119,18 +120,31 @@ def load_session(path: Path) -> Session:
     except (OSError, UnicodeDecodeError) as error:
         reason = getattr(error, "strerror", None) or str(error)
         raise SessionError(file, f"cannot read it: {reason}") from error
+    return decode_session(text, file)
+
+
+def decode_session(text: str, file: str) -> Session:
+    """The session in a saved file's text, checked to be one the renderers can show whole
+    (records/consistency.py); SessionError (exit 2) with the key path of what is wrong."""
     try:
-        document = json.loads(text)
+        document = jsontext.parse(text)
     except json.JSONDecodeError as error:
         raise SessionError(file, f"not JSON (line {error.lineno}, column {error.colno}: "
                            f"{error.msg})") from error
+    except jsontext.JsonTextError as error:
+        raise SessionError(file, error.message, error.path) from error
     if not isinstance(document, dict) or "schema" not in document:
         raise SessionError(file, "no 'schema' key; save one with "
                            "`gradexplain walk SPEC --save FILE`")
     if document["schema"] != SCHEMA:
-        raise SessionError(file, f"schema {document['schema']!r}, expected {SCHEMA!r} "
+        # quoted: a 5 MB `schema` string must not make a 5 MB "one-line" error
+        shown = quoted(document["schema"]) if isinstance(document["schema"], str) else (
+            f"of type {type(document['schema']).__name__}")
+        raise SessionError(file, f"schema {shown}, expected {SCHEMA!r} "
                            "(save it again with this version of gradexplain)")
     try:
-        return from_data(Session, document.get("session"))
+        session = from_data(Session, document.get("session"))
+        consistency.check(session)
     except DecodeError as error:
         raise SessionError(file, error.message, ("session", *error.path)) from error
+    return session
