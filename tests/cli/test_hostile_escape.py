@@ -204,6 +204,26 @@ def test_an_error_line_naming_a_hostile_file(folder: Path) -> None:
     line = assert_one_error_line(run("validate", str(missing)), "missing\\x1b[2J.yaml")
 
 
+def test_a_lone_surrogate_in_a_saved_session(folder: Path, walked: tuple[Run, Path]) -> None:
+    """A session whose name holds a lone surrogate (JSON `"\\ud800"` is valid JSON): shown
+    escaped in text, markdown and the report, and saved again unchanged."""
+    document = json.loads(walked[1].read_text(encoding="utf-8"))
+    document["session"]["walk"]["name"] = "half \ud800 pair"
+    edited = folder / "surrogate_session.json"
+    edited.write_text(json.dumps(document), encoding="utf-8")
+    for output_format in ("text", "markdown"):
+        result = run("walk", "--load", str(edited), "-f", output_format)
+        assert result.code == 0, result
+        assert_safe(result.stdout, "half \\ud800 pair")
+    report = folder / "surrogate_session.md"
+    assert run("report", "--load", str(edited), "-o", str(report)).code == 0
+    assert_safe(report.read_bytes(), "half \\ud800 pair")
+    again = folder / "surrogate_session_again.json"
+    result = run("walk", "--load", str(edited), "-f", "json", "--save", str(again))
+    assert result.code == 0, result
+    json.loads(assert_safe(result.stdout))
+    assert json.loads(assert_safe(again.read_bytes())) == document
+
 # --- the user's own Python: an extra_repr with a lone surrogate or control sequences ---------
 
 MODEL = '''
