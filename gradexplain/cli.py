@@ -19,6 +19,7 @@ from gradexplain import __version__
 from gradexplain import cli_options as option
 from gradexplain.cli_startup import completion_without_coercion, plain_validate_files
 from gradexplain.errors import GradexplainError, UsageError
+from gradexplain.safe_text import safe_text
 from gradexplain.sessions import NO_OPTIONS, RunOptions, Source, check_module, open_source
 
 # torch (its torch.func part) warns on import when numpy is missing; gradexplain never uses
@@ -95,7 +96,7 @@ def _validate_files(paths: list[Path]) -> int:
             _say(error)
             failed = True
             continue
-        typer.echo(validate_line(spec))
+        _echo(validate_line(spec))
     return 2 if failed else 0
 
 
@@ -229,10 +230,10 @@ def report(
                                                   threads, loss_of))
     text = report_page(session)
     if output is None:
-        typer.echo(text, nl=False)
+        _echo(text, nl=False)
     else:
         _write(output, text)
-        typer.echo(f"wrote {output}", err=True)
+        _echo(f"wrote {output}", err=True, one_line=True)
     _exit_on_failures(session)
 
 
@@ -260,7 +261,7 @@ def _report_all(folder: Path, output: Path) -> None:
         entries.append(ReportEntry(name, session.walk))
         failed |= bool(session.walk.failures())
     _write(output / "index.md", index_markdown(entries))
-    typer.echo(f"wrote {len(entries)} report(s) and {output / 'index.md'}", err=True)
+    _echo(f"wrote {len(entries)} report(s) and {output / 'index.md'}", err=True, one_line=True)
     if bad:
         raise typer.Exit(2)
     if failed:
@@ -316,7 +317,7 @@ def _exit_on_failures(session: Session) -> None:
 
 def _write(path: Path, text: str) -> None:
     try:
-        path.write_text(text, encoding="utf-8")
+        path.write_text(safe_text(text), encoding="utf-8")
     except OSError as error:
         raise UsageError(f"cannot write {path}: {error.strerror or error}") from error
 
@@ -325,13 +326,13 @@ def _say(error: GradexplainError) -> None:
     """Bad input as one line on stderr; with --traceback the error goes on up instead."""
     if _state["traceback"]:
         raise error
-    typer.echo(f"error: {error.one_line()}", err=True)
+    _echo(f"error: {error.one_line()}", err=True, one_line=True)
 
 
 def _print(output: str | RenderableType) -> None:
     """A rendered output on stdout: text as it is, a rich renderable laid out (`_echo_rich`)."""
     if isinstance(output, str):
-        typer.echo(output, nl=False)
+        _echo(output, nl=False)
     else:
         _echo_rich(output)
 
@@ -339,13 +340,21 @@ def _print(output: str | RenderableType) -> None:
 def _echo_rich(renderable: RenderableType) -> None:
     from rich.console import Console
 
+    from gradexplain.render.console import plain_text, safe_print
+
     if sys.stdout.isatty():
-        Console().print(renderable)
+        safe_print(Console(), renderable)
         return
-    from gradexplain.render.console import plain_text
 
     # Piped or redirected: 100 columns, no colour, no trailing padding on any line.
-    typer.echo(plain_text(renderable))
+    _echo(plain_text(renderable))
+
+
+def _echo(text: str, *, nl: bool = True, err: bool = False, one_line: bool = False) -> None:
+    """Text out on stdout or (`err`) stderr: every output passes here or `_write`, so no
+    control character of the user's reaches the terminal (`safe_text`); a `one_line` message
+    has its newlines escaped too."""
+    typer.echo(safe_text(text, one_line=one_line), nl=nl, err=err)
 
 
 def main() -> None:
@@ -366,9 +375,9 @@ def main() -> None:
         # A bug of ours, not bad input: still one line, with the way to see more.
         if _state["traceback"]:
             raise
-        typer.echo(
+        _echo(
             f"internal error: {type(error).__name__}: {error} "
             "(rerun with --traceback and please report it)",
-            err=True,
+            err=True, one_line=True,
         )
         sys.exit(1)

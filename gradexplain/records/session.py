@@ -20,6 +20,7 @@ from gradexplain.records import consistency, jsontext
 from gradexplain.records.codec import DecodeError, from_data, to_data
 from gradexplain.records.trace import PassTrace
 from gradexplain.records.walk import Walk
+from gradexplain.safe_text import safe_text
 
 SCHEMA = "gradexplain.session/2"
 
@@ -107,7 +108,9 @@ def save_session(session: Session, path: Path) -> None:
     text = json.dumps(session_json(session), ensure_ascii=False, separators=(",", ":"),
                       allow_nan=False)
     try:
-        path.write_text(text + "\n", encoding="utf-8")
+        # safe_text escapes what json.dumps left as is (DEL, C1, bidi, a lone surrogate from a
+        # model's extra_repr, which UTF-8 cannot encode) as JSON `\u` escapes: the same data.
+        path.write_text(safe_text(text) + "\n", encoding="utf-8")
     except OSError as error:
         raise UsageError(f"--save {path}: cannot write it ({error.strerror or error})") from error
 

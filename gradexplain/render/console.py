@@ -1,15 +1,32 @@
-"""Rich renderables as plain text: what piped output and the tests see (fixed width, no colour,
-no trailing spaces), so the same run always gives the same characters."""
+"""Rich renderables as they leave the program: laid out by rich, their text escaped
+(`safe_text`), then printed with rich's own styling. Piped output and the tests see plain text
+(fixed width, no colour, no trailing spaces), so the same run always gives the same characters."""
 
 from __future__ import annotations
 
 from rich.console import Console, RenderableType
+from rich.segment import Segment, Segments
+
+from gradexplain.safe_text import safe_text
 
 PIPE_WIDTH = 100
+
+
+def safe_print(console: Console, renderable: RenderableType) -> None:
+    """Print `renderable` on `console` with no control character of the user's in it.
+
+    The escapes go into the text of rich's segments, after layout and before rich writes its
+    own escape codes for the segments' styles (at print time), so colours survive and only the
+    user's characters change. Rich measured a control character as 0 columns, so a line holding
+    one grows by its escape: it is not cropped (`crop=False`), nothing of it is lost."""
+    segments = [segment if segment.control
+                else Segment(safe_text(segment.text), segment.style, segment.control)
+                for segment in console.render(renderable)]
+    console.print(Segments(segments), crop=False)
 
 
 def plain_text(renderable: RenderableType, width: int = PIPE_WIDTH) -> str:
     console = Console(width=width, no_color=True, color_system=None)
     with console.capture() as captured:
-        console.print(renderable)
+        safe_print(console, renderable)
     return "\n".join(line.rstrip() for line in captured.get().splitlines())
