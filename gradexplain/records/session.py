@@ -14,6 +14,7 @@ from typing import Any
 
 from gradexplain import __version__
 from gradexplain.errors import SessionError, UsageError
+from gradexplain.files import UnreadableFile, read_regular, write_atomic
 from gradexplain.language.expr import Call, names_used
 from gradexplain.language.model import ModelSpec, ModuleSpec
 from gradexplain.records.codec import DecodeError, from_data, to_data
@@ -21,6 +22,8 @@ from gradexplain.records.trace import PassTrace
 from gradexplain.records.walk import Walk
 
 SCHEMA = "gradexplain.session/2"
+# The most a session file may be: MEASURED_PLACEHOLDER
+MAX_SESSION_BYTES = 200_000_000
 
 
 @dataclass(frozen=True)
@@ -103,22 +106,39 @@ def session_json(session: Session) -> dict[str, Any]:
 
 
 def save_session(session: Session, path: Path) -> None:
+    """Write the session as JSON to `path`, atomically (`files.write_atomic`)."""
     text = json.dumps(session_json(session), ensure_ascii=False, separators=(",", ":"),
                       allow_nan=False)
     try:
-        path.write_text(text + "\n", encoding="utf-8")
-    except OSError as error:
-        raise UsageError(f"--save {path}: cannot write it ({error.strerror or error})") from error
+        write_atomic(path, text + "\n")
+    except (OSError, UnicodeError) as error:
+        reason = getattr(error, "strerror", None) or type(error).__name__
+        raise UsageError(f"--save {path}: cannot write it ({reason})") from error
 
 
 def load_session(path: Path) -> Session:
     """Read a session saved by `walk --save`; SessionError (exit 2) for anything else."""
+    return session_from_text(read_session_text(path), str(path))
+
+
+def read_session_text(path: Path) -> str:
+    """A session file's text: a regular file of at most MAX_SESSION_BYTES, in UTF-8."""
     file = str(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        reason = getattr(error, "strerror", None) or str(error)
-        raise SessionError(file, f"cannot read it: {reason}") from error
+        raw = read_regular(path, MAX_SESSION_BYTES, file)
+    except UnreadableFile as problem:
+        if problem.kind == "too large":
+            raise SessionError(file, f"the file is over {MAX_SESSION_BYTES:,} bytes, the most "
+                               "a session is read (a saved session is far smaller)") from None
+        raise SessionError(file, f"cannot read it: {problem.reason}") from None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise SessionError(file, f"cannot read it: not UTF-8 text (byte {error.start})") from None
+
+
+def session_from_text(text: str, file: str) -> Session:
+    """The session in a saved file's text (`file` names it in errors); SessionError if not."""
     try:
         document = json.loads(text)
     except json.JSONDecodeError as error:
