@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import stat
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from gradexplain.errors import BadInput, UsageError
@@ -165,19 +166,36 @@ def write_atomic(path: Path, text: str) -> None:
     the temporary file removed and the old `path` as it was."""
     data = text.encode("utf-8")  # before any file is made: a lone surrogate fails here
     target = Path(os.path.realpath(path))
-    descriptor, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.",
-                                             suffix=".tmp")
+    with _signals_held():
+        descriptor, temporary = tempfile.mkstemp(dir=target.parent,
+                                                 prefix=f".{target.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(descriptor, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.chmod(temporary, _mode_for(target))
+            os.replace(temporary, target)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
+            raise
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """SIGTERM and SIGINT wait until the file is written and renamed (then act as ever): a
+    kill mid-write would leave the temporary file behind. Where signals cannot be held (not
+    POSIX, or not the main thread's business), the write goes on without."""
+    held = {signal.SIGTERM, signal.SIGINT}
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
     try:
-        with os.fdopen(descriptor, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(temporary, _mode_for(target))
-        os.replace(temporary, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        raise
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def _mode_for(target: Path) -> int:

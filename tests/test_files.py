@@ -4,6 +4,7 @@ output before a run. The command-line side is tests/cli/test_hostile_files.py.""
 from __future__ import annotations
 
 import os
+import signal
 import stat
 from pathlib import Path
 
@@ -80,6 +81,24 @@ def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary(
     monkeypatch.undo()
     assert target.read_bytes() == OLD
     assert names_in(tmp_path) == ["report.md"]
+
+
+def test_a_signal_during_the_write_waits_until_the_file_is_whole(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    target = tmp_path / "run.json"
+    target.write_bytes(OLD)
+    real_fsync = os.fsync
+
+    def interrupted(descriptor: int) -> None:
+        os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C (SIGTERM is held alike) mid-write
+        real_fsync(descriptor)
+
+    monkeypatch.setattr(os, "fsync", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        write_atomic(target, "new text\n")
+    # The interrupt came, but only once the new file was whole and in place.
+    assert target.read_text(encoding="utf-8") == "new text\n"
+    assert names_in(tmp_path) == ["run.json"]
 
 
 def test_text_that_cannot_be_encoded_changes_nothing(tmp_path: Path) -> None:
