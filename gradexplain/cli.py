@@ -242,13 +242,15 @@ def report(
 def _report_all(folder: Path, output: Path) -> None:
     """One report per spec in `folder`, and an index; a bad spec is reported and skipped.
     Every entry is read as a spec file (never as a Python target), and only if regular."""
-    from gradexplain.files import check_output_folder
+    from gradexplain.files import check_output, check_output_folder
     from gradexplain.pages import INDEX, report_names, report_page, spec_files
     from gradexplain.render.report import ReportEntry, index_markdown
     from gradexplain.sessions import spec_source
 
     names = report_names(spec_files(folder))
     check_output_folder(output, "-o")
+    for name in (*names.values(), INDEX):  # a report may be a link to a spec: never written
+        check_output(output / name, "-o", names)
     entries: list[ReportEntry] = []
     bad = failed = False
     for path, name in names.items():

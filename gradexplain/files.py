@@ -36,13 +36,15 @@ class UnreadableFile(BadInput):
     """A file that cannot be read as asked: missing, not a regular file, over its bound or not
     readable. `kind` says which ("missing", "folder", "not regular", "too large", "unreadable"),
     for callers that turn it into their own error (a spec's, a session's); `reason` is the
-    words after the file's name."""
+    words after the file's name; `size`, for a file too large, its size when known (a file
+    that grew while it was read is known only to be over the bound)."""
 
-    def __init__(self, file: str, kind: str, reason: str) -> None:
+    def __init__(self, file: str, kind: str, reason: str, size: int | None = None) -> None:
         super().__init__(f"{file}: {reason}")
         self.file = file
         self.kind = kind
         self.reason = reason
+        self.size = size
 
 
 def _kind_of(mode: int) -> str:
@@ -58,7 +60,7 @@ def regular_size(path: Path, limit: int, file: str | None = None) -> int:
     except OSError as error:
         raise _unreadable(error, path, name) from None
     _check_mode(info, name)
-    _check_size(info.st_size, limit, name)
+    _check_size(info.st_size, limit, name, exact=True)
     return info.st_size
 
 
@@ -86,7 +88,7 @@ def read_regular(path: Path, limit: int, file: str | None = None) -> bytes:
                 size += len(chunk)
         except OSError as error:
             raise _unreadable(error, path, name) from None
-    _check_size(size, limit, name)
+    _check_size(size, limit, name, exact=False)
     return b"".join(chunks)
 
 
@@ -98,10 +100,11 @@ def _check_mode(info: os.stat_result, name: str) -> None:
     raise UnreadableFile(name, what, f"is {kind}, not a regular file: give a file")
 
 
-def _check_size(size: int, limit: int, name: str) -> None:
+def _check_size(size: int, limit: int, name: str, exact: bool) -> None:
     if size > limit:
-        raise UnreadableFile(name, "too large", f"the file is over {limit:,} bytes, the most "
-                             "that is read")
+        what = f"{size:,} bytes" if exact else f"over {limit:,} bytes"
+        raise UnreadableFile(name, "too large", f"the file is {what}; at most {limit:,} bytes "
+                             "are read", size if exact else None)
 
 
 def _unreadable(error: OSError, path: Path, name: str) -> UnreadableFile:

@@ -53,13 +53,17 @@ def _unreadable(problem: UnreadableFile, path: Path, file: str) -> SpecError:
                              where)
     if problem.kind == "too large":
         return SpecLimitError(
-            f"the file is over {MAX_FILE_BYTES:,} bytes; a spec may be at most "
+            f"the file is {_size(problem.size)}; a spec may be at most "
             f"{MAX_FILE_BYTES:,} bytes (write large "
             "tensors as randn, rand, zeros or ones instead of literals)", where)
     if problem.kind == "not regular":
         return SpecFileError(f"{problem.reason.removesuffix('give a file')}give a spec file",
                              where)
     return SpecFileError(f"the spec file {problem.reason}", where)
+
+
+def _size(size: int | None) -> str:
+    return f"over {MAX_FILE_BYTES:,} bytes" if size is None else f"{size:,} bytes"
 
 
 def _similar_file(path: Path) -> str:

@@ -131,8 +131,8 @@ def read_session_text(path: Path) -> str:
         raw = read_regular(path, MAX_SESSION_BYTES, file)
     except UnreadableFile as problem:
         if problem.kind == "too large":
-            raise SessionError(file, f"the file is over {MAX_SESSION_BYTES:,} bytes, the most "
-                               "a session is read (a 300-layer spec saves about 65 MB)") from None
+            raise SessionError(file, f"{problem.reason} (a 300-layer spec saves about "
+                               "65 MB)") from None
         raise SessionError(file, f"cannot read it: {problem.reason}") from None
     try:
         return raw.decode("utf-8")

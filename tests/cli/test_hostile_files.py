@@ -194,6 +194,20 @@ def test_an_output_that_cannot_be_written_is_refused_before_the_run(
     assert not torch_imported_by(command, spec, flag, str(tmp_path / target))
 
 
+def test_report_all_never_writes_through_a_link_to_a_spec(tmp_path: Path) -> None:
+    folder = tmp_path / "specs"
+    folder.mkdir()
+    spec = good_spec(folder)
+    before = spec.read_bytes()
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "good.md").symlink_to(spec)
+    line = error_line(run("report", "--all", "specs", "-o", "out", cwd=tmp_path), "good.md")
+    assert "input" in line
+    assert spec.read_bytes() == before
+    assert sorted(path.name for path in out.iterdir()) == ["good.md"]  # no index either
+
+
 # --- atomic writes ------------------------------------------------------------------------
 
 @pytest.mark.parametrize(("command", "flag", "name"), [("report", "-o", "out.md"),
