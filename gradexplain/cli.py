@@ -20,7 +20,14 @@ from gradexplain import __version__
 from gradexplain import cli_options as option
 from gradexplain.cli_startup import completion_without_coercion, plain_validate_files
 from gradexplain.errors import GradexplainError, OutputError, UsageError
-from gradexplain.sessions import NO_OPTIONS, RunOptions, Source, check_module, open_source
+from gradexplain.sessions import (
+    NO_OPTIONS,
+    RunOptions,
+    Source,
+    check_module,
+    check_run_output,
+    open_source,
+)
 
 # torch (its torch.func part) warns on import when numpy is missing; gradexplain never uses
 # numpy, and the warning would land in the middle of walk's output on a fresh machine.
@@ -139,7 +146,7 @@ def walk(
     from gradexplain.render.select import select
 
     options = option.run_options(input_shapes, inputs_file, loss, max_values, threads, loss_of)
-    _check_output(save, "--save", spec, load, options)
+    check_run_output(save, "--save", spec, load, options)
     session = _session(spec, load, options)
     if save is not None:
         from gradexplain.records.session import save_session
@@ -228,7 +235,7 @@ def report(
         _report_all(all_specs, output)
         return
     options = option.run_options(input_shapes, inputs_file, loss, max_values, threads, loss_of)
-    _check_output(output, "-o", spec, load, options)
+    check_run_output(output, "-o", spec, load, options)
     session = _session(spec, load, options)
     text = report_page(session)
     if output is None:
@@ -269,16 +276,6 @@ def _report_all(folder: Path, output: Path) -> None:
         raise typer.Exit(2)
     if failed:
         raise typer.Exit(1)
-
-
-def _check_output(output: Path | None, flag: str, spec: str | None, load: Path | None,
-                  options: RunOptions) -> None:
-    """Before the run: the output file can be written and is none of the run's inputs."""
-    if output is not None:
-        from gradexplain.files import check_output
-        from gradexplain.sessions import run_inputs
-
-        check_output(output, flag, run_inputs(spec, load, options))
 
 
 def _session(spec: str | None, load: Path | None, options: RunOptions = NO_OPTIONS) -> Session:

@@ -18,7 +18,6 @@ import contextlib
 import os
 import signal
 import stat
-import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -167,6 +166,8 @@ def write_atomic(path: Path, text: str) -> None:
     """Write `text` (UTF-8) to `path` all at once: a temporary file beside it, then a rename.
     A symlink is written through to its target. OSError or UnicodeError if it cannot be, with
     the temporary file removed and the old `path` as it was."""
+    import tempfile  # here: `validate` reads specs and never writes, and starts fast
+
     data = text.encode("utf-8")  # before any file is made: a lone surrogate fails here
     target = Path(os.path.realpath(path))
     with _signals_held():

@@ -122,6 +122,16 @@ def check_inputs_file(path: Path | None) -> None:
         raise UsageError(f"--inputs {path}: {reason}") from None
 
 
+def check_run_output(output: Path | None, flag: str, spec: str | None, load: Path | None,
+                     options: RunOptions) -> None:
+    """Before the run: its output file (`-o`, `--save`; None: stdout) can be written and is
+    none of the run's inputs (`run_inputs`)."""
+    if output is not None:
+        from gradexplain.files import check_output
+
+        check_output(output, flag, run_inputs(spec, load, options))
+
+
 def run_inputs(spec: str | None, load: Path | None, options: RunOptions) -> tuple[Path, ...]:
     """The files a run reads, which its outputs must never overwrite: the spec (or the .py
     file of a Python model), the saved session, the --inputs file."""
@@ -156,5 +166,5 @@ def check_module(session: Session, module: str | None) -> None:
                          f"(use a path such as {', '.join(sorted(known - {''})[:3])})")
 
 
-__all__ = ["NO_OPTIONS", "RunOptions", "Source", "check_inputs_file", "check_module", "is_python",
-           "open_source", "run_inputs", "spec_source"]
+__all__ = ["NO_OPTIONS", "RunOptions", "Source", "check_inputs_file", "check_module",
+           "check_run_output", "is_python", "open_source", "run_inputs", "spec_source"]
