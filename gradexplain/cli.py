@@ -6,6 +6,7 @@ import torch, so anything that needs torch is imported inside the command that r
 
 from __future__ import annotations
 
+import os
 import sys
 import warnings
 from collections.abc import Callable, Iterator
@@ -18,9 +19,16 @@ import typer
 from gradexplain import __version__
 from gradexplain import cli_options as option
 from gradexplain.cli_startup import completion_without_coercion, plain_validate_files
-from gradexplain.errors import GradexplainError, UsageError
+from gradexplain.errors import GradexplainError, OutputError, UsageError
 from gradexplain.safe_text import safe_text
-from gradexplain.sessions import NO_OPTIONS, RunOptions, Source, check_module, open_source
+from gradexplain.sessions import (
+    NO_OPTIONS,
+    RunOptions,
+    Source,
+    check_module,
+    check_run_output,
+    open_source,
+)
 
 # torch (its torch.func part) warns on import when numpy is missing; gradexplain never uses
 # numpy, and the warning would land in the middle of walk's output on a fresh machine.
@@ -138,8 +146,9 @@ def walk(
     from gradexplain.render.outputs import walk_output
     from gradexplain.render.select import select
 
-    session = _session(spec, load, option.run_options(input_shapes, inputs_file, loss, max_values,
-                                                  threads, loss_of))
+    options = option.run_options(input_shapes, inputs_file, loss, max_values, threads, loss_of)
+    check_run_output(save, "--save", spec, load, options)
+    session = _session(spec, load, options)
     if save is not None:
         from gradexplain.records.session import save_session
 
@@ -226,8 +235,9 @@ def report(
             raise UsageError("--all needs -o FOLDER for the reports and their index.md")
         _report_all(all_specs, output)
         return
-    session = _session(spec, load, option.run_options(input_shapes, inputs_file, loss, max_values,
-                                                  threads, loss_of))
+    options = option.run_options(input_shapes, inputs_file, loss, max_values, threads, loss_of)
+    check_run_output(output, "-o", spec, load, options)
+    session = _session(spec, load, options)
     text = report_page(session)
     if output is None:
         _echo(text, nl=False)
@@ -238,30 +248,31 @@ def report(
 
 
 def _report_all(folder: Path, output: Path) -> None:
-    """One report per spec in `folder`, and an index; a bad spec is reported and skipped."""
-    from gradexplain.pages import report_page, spec_files
+    """One report per spec in `folder`, and an index; a bad spec is reported and skipped.
+    Every entry is read as a spec file (never as a Python target), and only if regular."""
+    from gradexplain.files import check_output, check_output_folder
+    from gradexplain.pages import INDEX, report_names, report_page, spec_files
     from gradexplain.render.report import ReportEntry, index_markdown
+    from gradexplain.sessions import spec_source
 
-    specs = spec_files(folder)
-    try:
-        output.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise UsageError(f"-o {output}: cannot make the folder ({error.strerror})") from error
+    names = report_names(spec_files(folder))
+    check_output_folder(output, "-o")
+    for name in (*names.values(), INDEX):  # a report may be a link to a spec: never written
+        check_output(output / name, "-o", names)
     entries: list[ReportEntry] = []
     bad = failed = False
-    for path in specs:
+    for path, name in names.items():
         try:
-            session = _session(str(path), None)
+            session = _capture(spec_source(path))
         except GradexplainError as error:
             _say(error)
             bad = True
             continue
-        name = f"{path.stem}.md"
         _write(output / name, report_page(session))
         entries.append(ReportEntry(name, session.walk))
         failed |= bool(session.walk.failures())
-    _write(output / "index.md", index_markdown(entries))
-    _echo(f"wrote {len(entries)} report(s) and {output / 'index.md'}", err=True, one_line=True)
+    _write(output / INDEX, index_markdown(entries))
+    _echo(f"wrote {len(entries)} report(s) and {output / INDEX}", err=True, one_line=True)
     if bad:
         raise typer.Exit(2)
     if failed:
@@ -271,8 +282,11 @@ def _report_all(folder: Path, output: Path) -> None:
 def _session(spec: str | None, load: Path | None, options: RunOptions = NO_OPTIONS) -> Session:
     """The saved session, or the spec or Python model run (with a progress bar while it runs)."""
     source = open_source(spec, load, options)
-    if not isinstance(source, Source):
-        return source
+    return source if not isinstance(source, Source) else _capture(source)
+
+
+def _capture(source: Source) -> Session:
+    """Run a spec or Python model, with a progress bar while it runs."""
     if source.spec is not None:
         with _progress_bar() as progress:
             return source.capture(progress)
@@ -285,7 +299,7 @@ def _session(spec: str | None, load: Path | None, options: RunOptions = NO_OPTIO
             return source.capture(progress)
         finally:
             for line in printed.lines():
-                typer.echo(line, err=True)
+                _echo(line, err=True)
 
 
 @contextmanager
@@ -316,10 +330,35 @@ def _exit_on_failures(session: Session) -> None:
 
 
 def _write(path: Path, text: str) -> None:
+    """Write an output file atomically: on failure the old file keeps its bytes."""
+    from gradexplain.files import write_atomic
+
     try:
-        path.write_text(safe_text(text), encoding="utf-8")
+        write_atomic(path, safe_text(text))
+    except (OSError, UnicodeError) as error:
+        reason = getattr(error, "strerror", None) or type(error).__name__
+        raise UsageError(f"cannot write {path}: {reason}") from error
+
+
+def _emit(text: str, nl: bool = True) -> None:
+    """Text on stdout. A reader that went away (`| head -1`) ends the output quietly: stdout
+    goes to /dev/null and the command finishes with its own exit code. Any other failure (a
+    full disk) is one line, exit 2. Either way nothing is left in Python's buffer to fail
+    again, noisily, at exit."""
+    try:
+        typer.echo(text, nl=nl)
+    except BrokenPipeError:
+        _drop_stdout()
     except OSError as error:
-        raise UsageError(f"cannot write {path}: {error.strerror or error}") from error
+        _drop_stdout()
+        raise OutputError(f"cannot write the output (stdout): {error.strerror or error}") \
+            from error
+
+
+def _drop_stdout() -> None:
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 def _say(error: GradexplainError) -> None:
@@ -353,8 +392,11 @@ def _echo_rich(renderable: RenderableType) -> None:
 def _echo(text: str, *, nl: bool = True, err: bool = False, one_line: bool = False) -> None:
     """Text out on stdout or (`err`) stderr: every output passes here or `_write`, so no
     control character of the user's reaches the terminal (`safe_text`); a `one_line` message
-    has its newlines escaped too."""
-    typer.echo(safe_text(text, one_line=one_line), nl=nl, err=err)
+    has its newlines escaped too. stdout goes through `_emit` (a closed pipe, a full disk)."""
+    if err:
+        typer.echo(safe_text(text, one_line=one_line), nl=nl, err=True)
+    else:
+        _emit(safe_text(text, one_line=one_line), nl=nl)
 
 
 def main() -> None:

@@ -110,6 +110,10 @@ class UsageError(BadInput):
     """A command-line option or argument that cannot be used (a missing file, a bad flag value)."""
 
 
+class OutputError(BadInput):
+    """The output cannot be written where it goes (stdout on a full disk): exit 2, one line."""
+
+
 class SpecError(BadInput):
     """A spec that cannot be used, with the place in the file that says why."""
 

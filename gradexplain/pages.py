@@ -13,6 +13,9 @@ if TYPE_CHECKING:
     from gradexplain.records.session import Session
 
 
+INDEX = "index.md"  # report --all's index of the reports
+
+
 def report_page(session: Session) -> str:
     """The markdown report of a session: its diff, pinned view and firing orders computed,
     then rendered."""
@@ -36,4 +39,23 @@ def spec_files(folder: Path) -> list[Path]:
     return specs
 
 
-__all__ = ["report_page", "spec_files"]
+def report_names(specs: list[Path]) -> dict[Path, str]:
+    """The report file each spec gets in `report --all`'s folder: its stem + `.md`. Two specs
+    that would get one name (`a.yaml`, `a.yml`), or a spec named like the index
+    (`index.yaml`), are refused before anything runs: every report must survive."""
+    names: dict[Path, str] = {}
+    taken: dict[str, Path] = {}
+    for path in specs:
+        name = f"{path.stem}.md"
+        if name == INDEX:
+            raise UsageError(f"--all: {path} would be reported to {INDEX}, the index's name; "
+                             "rename the spec")
+        if name in taken:
+            raise UsageError(f"--all: {taken[name]} and {path} would both be reported to "
+                             f"{name}; rename one of them")
+        taken[name] = path
+        names[path] = name
+    return names
+
+
+__all__ = ["INDEX", "report_names", "report_page", "spec_files"]

@@ -88,15 +88,62 @@ def open_source(spec: str | None, load: Path | None,
             from gradexplain.output_path import parse_output_path
 
             parse_output_path(options.output)  # a malformed path, before any code runs
+        if not options.inputs:  # with --input too, the run says to give only one
+            check_inputs_file(options.inputs_file)
         return Source(spec, options)
     if python_only:
         raise UsageError(f"{', '.join(python_only)}: only for a Python model (FILE.py:NAME); "
                          "a YAML spec declares its own inputs and backward")
+    return spec_source(Path(spec), options)
+
+
+def spec_source(path: Path, options: RunOptions = NO_OPTIONS) -> Source:
+    """A YAML spec file read and checked, ready to capture. The path is only ever read as a
+    spec: `report --all` passes its folder's entries here, so that no name in the folder
+    (`evil.py:make.yaml`) can be taken for Python to import."""
     from gradexplain.language import load_spec_text, read_spec_text
 
     # One read: the session keeps exactly the text that was run.
-    text = read_spec_text(Path(spec))
-    return Source(spec, options, load_spec_text(text, spec), text)
+    text = read_spec_text(path)
+    return Source(str(path), options, load_spec_text(text, str(path)), text)
+
+
+def check_inputs_file(path: Path | None) -> None:
+    """`--inputs FILE` is a regular file within MAX_INPUTS_BYTES, said before any user code
+    runs (`capture.pymodel.load_inputs` reads it within the same bound)."""
+    if path is None:
+        return
+    from gradexplain.files import MAX_INPUTS_BYTES, UnreadableFile, regular_size
+
+    try:
+        regular_size(path, MAX_INPUTS_BYTES)
+    except UnreadableFile as problem:
+        reason = "no such file" if problem.kind == "missing" else problem.reason
+        raise UsageError(f"--inputs {path}: {reason}") from None
+
+
+def check_run_output(output: Path | None, flag: str, spec: str | None, load: Path | None,
+                     options: RunOptions) -> None:
+    """Before the run: its output file (`-o`, `--save`; None: stdout) can be written and is
+    none of the run's inputs (`run_inputs`)."""
+    if output is not None:
+        from gradexplain.files import check_output
+
+        check_output(output, flag, run_inputs(spec, load, options))
+
+
+def run_inputs(spec: str | None, load: Path | None, options: RunOptions) -> tuple[Path, ...]:
+    """The files a run reads, which its outputs must never overwrite: the spec (or the .py
+    file of a Python model), the saved session, the --inputs file."""
+    from gradexplain.target import TARGET
+
+    files = [path for path in (load, options.inputs_file) if path is not None]
+    if spec is not None:
+        files.append(Path(spec))
+        match = TARGET.match(spec)
+        if match is not None and match.group("where").endswith(".py"):
+            files.append(Path(match.group("where")))
+    return tuple(files)
 
 
 def is_python(spec: str) -> bool:
@@ -119,4 +166,5 @@ def check_module(session: Session, module: str | None) -> None:
                          f"(use a path such as {', '.join(sorted(known - {''})[:3])})")
 
 
-__all__ = ["NO_OPTIONS", "RunOptions", "Source", "check_module", "is_python", "open_source"]
+__all__ = ["NO_OPTIONS", "RunOptions", "Source", "check_inputs_file", "check_module",
+           "check_run_output", "is_python", "open_source", "run_inputs", "spec_source"]

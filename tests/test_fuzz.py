@@ -599,3 +599,26 @@ def test_work_bounds_hold_for_nested_module_calls(levels: int, calls: int, inner
         line = assert_one_error_line(run_cli("validate", str(spec_path),
                                              seconds=VALIDATE_SECONDS), spec_path)
         assert ": too large" in line, line
+
+
+# --- files that are no spec (issue 19): only regular files are read -----------------------
+
+@pytest.mark.parametrize("kind", ["device", "link to a device", "fifo", "folder", "broken link"])
+@pytest.mark.parametrize("command", ["validate", "walk"])
+def test_a_file_that_is_no_regular_file_is_refused_at_once(kind: str, command: str,
+                                                           tmp_path: Path) -> None:
+    path = tmp_path / "spec.yaml"
+    if kind == "device":
+        path = Path("/dev/zero")
+    elif kind == "link to a device":
+        path.symlink_to("/dev/zero")
+    elif kind == "fifo":
+        os.mkfifo(path)  # reading it would block for ever: the alarm turns that into a failure
+    elif kind == "folder":
+        path.mkdir()
+    else:
+        path.symlink_to(tmp_path / "nowhere.yaml")
+    run = run_cli(command, str(path), seconds=VALIDATE_SECONDS)
+    assert run.code == 2, run.show()
+    assert_no_crash(run)
+    assert_one_error_line(run, path)

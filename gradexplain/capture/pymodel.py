@@ -16,6 +16,7 @@ import hashlib
 import importlib
 import importlib.util
 import inspect
+import io
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -206,10 +207,15 @@ def _import_module(where: str) -> Any:
 
 def load_inputs(path: Path) -> tuple[torch.Tensor, ...]:
     """The tensors in a `torch.save`d file: one tensor, or a list or tuple of them."""
-    if not path.is_file():
-        raise ModelLoadError(f"--inputs {path}: no such file")
+    from gradexplain.files import MAX_INPUTS_BYTES, UnreadableFile, read_regular
+
     try:
-        loaded = torch.load(path, weights_only=True)
+        data = read_regular(path, MAX_INPUTS_BYTES)
+    except UnreadableFile as problem:
+        reason = "no such file" if problem.kind == "missing" else problem.reason
+        raise ModelLoadError(f"--inputs {path}: {reason}") from None
+    try:
+        loaded = torch.load(io.BytesIO(data), weights_only=True)
     except Exception as error:
         raise ModelLoadError(f"--inputs {path}: not a tensor file torch can load safely "
                              f"({first_line(error)})") from error

@@ -8,7 +8,14 @@ from __future__ import annotations
 import difflib
 from pathlib import Path
 
-from gradexplain.errors import Location, SpecFileError, SpecLimitError, SpecSyntaxError
+from gradexplain.errors import (
+    Location,
+    SpecError,
+    SpecFileError,
+    SpecLimitError,
+    SpecSyntaxError,
+)
+from gradexplain.files import UnreadableFile, read_regular
 from gradexplain.language.yamlio import Document, parse_document
 
 MAX_FILE_BYTES = 1_000_000
@@ -21,24 +28,12 @@ def read_document(path: Path, display_name: str | None = None) -> Document:
 
 
 def read_text(path: Path, name: str) -> str:
-    """A spec file's text, read once within the size bound; a SpecError if it cannot be."""
+    """A spec file's text, read once within the size bound; a SpecError if it cannot be.
+    Only a regular file is read (`files.read_regular`): a FIFO or a device is refused at once."""
     try:
-        size = path.stat().st_size
-    except OSError as exc:
-        raise _unreadable(exc, path, name) from None
-    if path.is_dir():
-        raise SpecFileError("is a folder, not a spec file: give one of the YAML files in it",
-                            Location(name))
-    if size > MAX_FILE_BYTES:
-        raise SpecLimitError(
-            f"the file is {size:,} bytes; a spec may be at most {MAX_FILE_BYTES:,} bytes "
-            "(write large tensors as randn, rand, zeros or ones instead of literals)",
-            Location(name),
-        )
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise _unreadable(exc, path, name) from None
+        raw = read_regular(path, MAX_FILE_BYTES, name)
+    except UnreadableFile as problem:
+        raise _unreadable(problem, path, name) from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -48,14 +43,27 @@ def read_text(path: Path, name: str) -> str:
     return text
 
 
-def _unreadable(exc: OSError, path: Path, file: str) -> SpecFileError:
+def _unreadable(problem: UnreadableFile, path: Path, file: str) -> SpecError:
     """Why the file cannot be read, in words that say what to fix."""
-    if isinstance(exc, FileNotFoundError | NotADirectoryError):
-        return SpecFileError(f"the file does not exist{_similar_file(path)}", Location(file))
-    if isinstance(exc, PermissionError):
-        return SpecFileError("the spec file cannot be read: permission denied (check its "
-                             "permissions)", Location(file))
-    return SpecFileError(f"the spec file cannot be read: {exc.strerror or exc}", Location(file))
+    where = Location(file)
+    if problem.kind == "missing" and not path.is_symlink():
+        return SpecFileError(f"the file does not exist{_similar_file(path)}", where)
+    if problem.kind == "folder":
+        return SpecFileError("is a folder, not a spec file: give one of the YAML files in it",
+                             where)
+    if problem.kind == "too large":
+        return SpecLimitError(
+            f"the file is {_size(problem.size)}; a spec may be at most "
+            f"{MAX_FILE_BYTES:,} bytes (write large "
+            "tensors as randn, rand, zeros or ones instead of literals)", where)
+    if problem.kind == "not regular":
+        return SpecFileError(f"{problem.reason.removesuffix('give a file')}give a spec file",
+                             where)
+    return SpecFileError(f"the spec file {problem.reason}", where)
+
+
+def _size(size: int | None) -> str:
+    return f"over {MAX_FILE_BYTES:,} bytes" if size is None else f"{size:,} bytes"
 
 
 def _similar_file(path: Path) -> str:

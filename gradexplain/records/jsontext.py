@@ -1,9 +1,9 @@
 """A saved session's JSON text parsed within bounds, so hostile text gets a clear refusal with its
 key path, never Python's own limits: nesting deeper than a session ever is (json's C parser
 recurses, and so does the codec), integers longer than any count or index (Python refuses to
-parse more than 4,300 digits, and nothing needs more than a few dozen), and text that is half a
-character (a lone UTF-16 surrogate, which JSON's `\\ud800` escape can write and no output can
-encode). No torch here.
+parse more than 4,300 digits, and nothing needs more than a few dozen). A lone UTF-16
+surrogate (JSON's `\\ud800`) is kept: a model's `extra_repr` can hold one, `--save` writes it so,
+and every output shows it escaped (safe_text). No torch here.
 """
 
 from __future__ import annotations
@@ -25,9 +25,6 @@ KeyPath = tuple[str | int, ...]
 _STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _NOT_BRACKET = re.compile(r"[^\[\]{}]+")
 _EMPTY_PAIR = re.compile(r"\[\]|\{\}")
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
-# How JSON text writes a surrogate (half of a pair, or alone): only then is a walk needed.
-_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89abcdefABCDEF]")
 
 
 class JsonTextError(ValueError):
@@ -64,20 +61,17 @@ def parse(text: str) -> Any:
         document = json.loads(text, parse_int=integer)
     except RecursionError as error:  # a backstop: the scan above refuses such text first
         raise JsonTextError(f"nested more than {MAX_DEPTH} levels deep") from error
-    if long_numbers or _SURROGATE_ESCAPE.search(text) or _LONE_SURROGATE.search(text):
+    if long_numbers:
         # Only then the walk that finds the key path: it costs more than the parse.
-        _refuse_halves_and_long_numbers(document)
+        _refuse_long_numbers(document)
     return document
 
 
-def _refuse_halves_and_long_numbers(document: Any) -> None:
+def _refuse_long_numbers(document: Any) -> None:
     for path, item in _scalars(document):
         if isinstance(item, _LongNumber):
             raise JsonTextError(f"a number of {item.digits:,} digits; a session's numbers have "
                                 f"at most {MAX_DIGITS}", path)
-        if isinstance(item, str) and _LONE_SURROGATE.search(item):
-            raise JsonTextError("text with half a character in it (a lone UTF-16 surrogate "
-                                "such as \\ud800): write the whole character", path)
 
 
 def too_deep(text: str, limit: int) -> bool:

@@ -14,6 +14,7 @@ from typing import Any
 
 from gradexplain import __version__
 from gradexplain.errors import SessionError, UsageError, quoted
+from gradexplain.files import UnreadableFile, read_regular, write_atomic
 from gradexplain.language.expr import Call, names_used
 from gradexplain.language.model import ModelSpec, ModuleSpec
 from gradexplain.records import consistency, jsontext
@@ -23,6 +24,11 @@ from gradexplain.records.walk import Walk
 from gradexplain.safe_text import safe_text
 
 SCHEMA = "gradexplain.session/2"
+# The most a session file may be (`--load` reads it whole; parsing takes ~6x its size in RAM).
+# Measured (2026-11-25): bench's 300 Linear(8, 8)+Tanh layers save 65.6 MB, 300 Linear(16, 16)
+# layers 153 MB (a 3-minute capture); 300 Linear(100, 100) layers ran out of patience and RAM
+# (10 GB after 12 minutes) long before a session. 500 MB holds 3x the largest seen.
+MAX_SESSION_BYTES = 500_000_000
 
 
 @dataclass(frozen=True)
@@ -105,25 +111,37 @@ def session_json(session: Session) -> dict[str, Any]:
 
 
 def save_session(session: Session, path: Path) -> None:
+    """Write the session as JSON to `path`, atomically (`files.write_atomic`)."""
     text = json.dumps(session_json(session), ensure_ascii=False, separators=(",", ":"),
                       allow_nan=False)
     try:
         # safe_text escapes what json.dumps left as is (DEL, C1, bidi, a lone surrogate from a
         # model's extra_repr, which UTF-8 cannot encode) as JSON `\u` escapes: the same data.
-        path.write_text(safe_text(text) + "\n", encoding="utf-8")
-    except OSError as error:
-        raise UsageError(f"--save {path}: cannot write it ({error.strerror or error})") from error
+        write_atomic(path, safe_text(text) + "\n")
+    except (OSError, UnicodeError) as error:
+        reason = getattr(error, "strerror", None) or type(error).__name__
+        raise UsageError(f"--save {path}: cannot write it ({reason})") from error
 
 
 def load_session(path: Path) -> Session:
     """Read a session saved by `walk --save`; SessionError (exit 2) for anything else."""
+    return decode_session(read_session_text(path), str(path))
+
+
+def read_session_text(path: Path) -> str:
+    """A session file's text: a regular file of at most MAX_SESSION_BYTES, in UTF-8."""
     file = str(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        reason = getattr(error, "strerror", None) or str(error)
-        raise SessionError(file, f"cannot read it: {reason}") from error
-    return decode_session(text, file)
+        raw = read_regular(path, MAX_SESSION_BYTES, file)
+    except UnreadableFile as problem:
+        if problem.kind == "too large":
+            raise SessionError(file, f"{problem.reason} (a 300-layer spec saves about "
+                               "65 MB)") from None
+        raise SessionError(file, f"cannot read it: {problem.reason}") from None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise SessionError(file, f"cannot read it: not UTF-8 text (byte {error.start})") from None
 
 
 def decode_session(text: str, file: str) -> Session:

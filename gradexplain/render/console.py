@@ -4,6 +4,9 @@
 
 from __future__ import annotations
 
+import io
+import sys
+
 from rich.console import Console, RenderableType
 from rich.segment import Segment, Segments
 
@@ -26,7 +29,22 @@ def safe_print(console: Console, renderable: RenderableType) -> None:
 
 
 def plain_text(renderable: RenderableType, width: int = PIPE_WIDTH) -> str:
-    console = Console(width=width, no_color=True, color_system=None)
+    # A file of its own: even capturing, rich writes (nothing) to its file and flushes it, which
+    # on stdout to a full disk raises before the text is printed where the CLI catches it.
+    console = Console(file=_Sink(), width=width, no_color=True, color_system=None)
     with console.capture() as captured:
         safe_print(console, renderable)
     return "\n".join(line.rstrip() for line in captured.get().splitlines())
+
+
+class _Sink(io.StringIO):
+    """The console's file: never written to, it has stdout's encoding, from which rich picks
+    its box characters (ASCII ones for an ASCII stdout) as it did when stdout was its file."""
+
+    @property
+    def encoding(self) -> str:
+        return getattr(sys.stdout, "encoding", None) or "utf-8"
+
+    @encoding.setter
+    def encoding(self, value: str) -> None:
+        raise AttributeError("the sink's encoding is stdout's")

@@ -4,6 +4,7 @@ names the thing to fix, in our words: never the YAML parser's, never pydantic's.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -97,14 +98,14 @@ def test_an_unreadable_spec_says_so(cli: CLI, monkeypatch: pytest.MonkeyPatch,
                                     write_spec: Callable[[str], Path]) -> None:
     # Tests may run as root, whom chmod 000 does not stop: the refusal is the OS's, simulated.
     path = write_spec(Path(TWO_MODULES).read_text(encoding="utf-8"))
-    real_read = Path.read_bytes
+    real_open = os.open
 
-    def refuse(self: Path) -> bytes:
-        if self == path:
-            raise PermissionError(13, "Permission denied", str(self))
-        return real_read(self)
+    def refuse(file: str | Path, flags: int, *args: int, **kwargs: int) -> int:
+        if Path(file) == path:
+            raise PermissionError(13, "Permission denied", str(file))
+        return real_open(file, flags, *args, **kwargs)
 
-    monkeypatch.setattr(Path, "read_bytes", refuse)
+    monkeypatch.setattr(os, "open", refuse)
     for command in ("validate", "walk"):
         message = one_error_line(cli(command, str(path)))
         assert message.startswith(f"error: {path}: "), message

@@ -166,17 +166,6 @@ def test_deep_nesting_is_refused_before_it_is_parsed(opening: str, tmp_path: Pat
         assert_refused(run_cli("walk", "--load", str(path), seconds=30), path, "nested")
 
 
-def test_half_a_character_is_refused_with_its_key_path(saved: Document, tmp_path: Path) -> None:
-    document = copy.deepcopy(saved)
-    document["session"]["walk"]["name"] = "two\ud800modules"
-    text = json.dumps(document)  # ASCII: the half character travels as the escape \ud800
-    assert "\\ud800" in text
-    path = _write(tmp_path, text)
-    for command in COMMANDS:
-        line = assert_refused(run_cli(command[0], "--load", str(path)), path, "surrogate")
-        assert "walk.name" in line
-
-
 def test_a_whole_character_written_as_two_escapes_still_loads(
         saved: Document, tmp_path: Path) -> None:
     document = copy.deepcopy(saved)

@@ -45,12 +45,8 @@ def test_numbers_up_to_the_limit_parse_and_longer_ones_name_their_place() -> Non
         assert caught.value.path == ("a", "b", 1)
 
 
-def test_half_a_character_is_refused_and_a_whole_one_is_not() -> None:
-    with pytest.raises(JsonTextError, match="surrogate") as caught:
-        jsontext.parse('{"walk": {"name": "x\\udc00y"}}')
-    assert caught.value.path == ("walk", "name")
-    with pytest.raises(JsonTextError, match="surrogate") as caught:
-        jsontext.parse('{"\\ud800": 1}')
-    assert caught.value.path == ("\ud800",)
-    whole = '{"name": "\\ud83d\\ude00", "escaped": "\\\\ud800"}'
-    assert jsontext.parse(whole) == json.loads(whole)
+def test_half_a_character_is_kept_as_json_reads_it() -> None:
+    # `--save` writes a model's lone surrogate as `\ud800`; loading gives the same text back.
+    for text in ('{"walk": {"name": "x\\udc00y"}}', '{"\\ud800": 1}',
+                 '{"name": "\\ud83d\\ude00", "escaped": "\\\\ud800"}'):
+        assert jsontext.parse(text) == json.loads(text)
