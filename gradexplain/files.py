@@ -18,6 +18,7 @@ import contextlib
 import os
 import signal
 import stat
+import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -189,17 +190,30 @@ def write_atomic(path: Path, text: str) -> None:
 @contextlib.contextmanager
 def _signals_held() -> Iterator[None]:
     """SIGTERM and SIGINT wait until the file is written and renamed (then act as ever): a
-    kill mid-write would leave the temporary file behind. Where signals cannot be held (not
-    POSIX, or not the main thread's business), the write goes on without."""
-    held = {signal.SIGTERM, signal.SIGINT}
-    if not hasattr(signal, "pthread_sigmask"):
+    kill mid-write would leave the temporary file behind. Python's own handlers are swapped
+    for one that remembers the signal, not the thread's signal mask: torch's worker threads
+    do not block it, and the kernel hands a process signal to any thread that does not.
+    Only the main thread can set handlers; elsewhere the write goes on without."""
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    arrived: list[int] = []
+
+    def remember(number: int, _frame: object) -> None:
+        arrived.append(number)
+
+    previous = {number: signal.getsignal(number) for number in (signal.SIGTERM, signal.SIGINT)}
+    # A handler set outside Python (getsignal gives None) cannot be put back: left alone.
+    held = [number for number, handler in previous.items() if handler is not None]
+    for number in held:
+        signal.signal(number, remember)
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        for number in held:
+            signal.signal(number, previous[number])
+        for signal_number in dict.fromkeys(arrived):
+            signal.raise_signal(signal_number)
 
 
 def _mode_for(target: Path) -> int:

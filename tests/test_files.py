@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import stat
+import threading
 from pathlib import Path
 
 import pytest
@@ -94,8 +95,17 @@ def test_a_signal_during_the_write_waits_until_the_file_is_whole(
         real_fsync(descriptor)
 
     monkeypatch.setattr(os, "fsync", interrupted)
-    with pytest.raises(KeyboardInterrupt):
-        write_atomic(target, "new text\n")
+    # Another thread alive, as torch's workers are in a real run: the kernel may hand the
+    # process's signal to it, so holding it in the main thread's signal mask is not enough.
+    release = threading.Event()
+    waiter = threading.Thread(target=release.wait)
+    waiter.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            write_atomic(target, "new text\n")
+    finally:
+        release.set()
+        waiter.join()
     # The interrupt came, but only once the new file was whole and in place.
     assert target.read_text(encoding="utf-8") == "new text\n"
     assert names_in(tmp_path) == ["run.json"]
