@@ -1,4 +1,5 @@
-"""The command line: one call per pipeline stage, the only place that prints, errors to exit codes.
+"""The command line: one call per pipeline stage, errors to exit codes; with cli_output (how text
+leaves the program), the only place that prints.
 
 Imports stay light at module level: `gradexplain --help` and `gradexplain validate` must never
 import torch, so anything that needs torch is imported inside the command that runs it.
@@ -6,7 +7,6 @@ import torch, so anything that needs torch is imported inside the command that r
 
 from __future__ import annotations
 
-import os
 import sys
 import warnings
 from collections.abc import Callable, Iterator
@@ -18,9 +18,9 @@ import typer
 
 from gradexplain import __version__
 from gradexplain import cli_options as option
+from gradexplain.cli_output import echo, show, write
 from gradexplain.cli_startup import completion_without_coercion, plain_validate_files
-from gradexplain.errors import GradexplainError, OutputError, UsageError
-from gradexplain.safe_text import safe_text
+from gradexplain.errors import GradexplainError, UsageError
 from gradexplain.sessions import (
     NO_OPTIONS,
     RunOptions,
@@ -35,7 +35,6 @@ from gradexplain.sessions import (
 warnings.filterwarnings("ignore", message="Failed to initialize NumPy", category=UserWarning)
 
 if TYPE_CHECKING:
-    from rich.console import RenderableType
 
     from gradexplain.records.session import Session
     from gradexplain.records.trace import HookKind
@@ -104,7 +103,7 @@ def _validate_files(paths: list[Path]) -> int:
             _say(error)
             failed = True
             continue
-        _echo(validate_line(spec))
+        echo(validate_line(spec))
     return 2 if failed else 0
 
 
@@ -161,7 +160,7 @@ def walk(
     view = (None if output_format.value == "json"
             else session_view(session, shown, module, kinds))
     orders = first_firing_orders(session.passes(modes)) if order else None
-    _print(walk_output(shown, view, orders, output_format.value, collapse=not all_blocks,
+    show(walk_output(shown, view, orders, output_format.value, collapse=not all_blocks,
                        timeline=timeline))
     _exit_on_failures(session)
     if any(item.out_of_order for item in orders or ()):
@@ -201,7 +200,7 @@ def diff(
     result = select_diff(compare(session), module)
     shown = select(session.walk, ("legacy", "full"), module, BACKWARD_HOOKS)
     view = pinned_view(shown, None, filtered=True)
-    _print(diff_output(result, shown, view, output_format.value))
+    show(diff_output(result, shown, view, output_format.value))
     _exit_on_failures(session)
 
 
@@ -240,10 +239,10 @@ def report(
     session = _session(spec, load, options)
     text = report_page(session)
     if output is None:
-        _echo(text, nl=False)
+        echo(text, nl=False)
     else:
-        _write(output, text)
-        _echo(f"wrote {output}", err=True, one_line=True)
+        write(output, text)
+        echo(f"wrote {output}", err=True, one_line=True)
     _exit_on_failures(session)
 
 
@@ -268,11 +267,11 @@ def _report_all(folder: Path, output: Path) -> None:
             _say(error)
             bad = True
             continue
-        _write(output / name, report_page(session))
+        write(output / name, report_page(session))
         entries.append(ReportEntry(name, session.walk))
         failed |= bool(session.walk.failures())
-    _write(output / INDEX, index_markdown(entries))
-    _echo(f"wrote {len(entries)} report(s) and {output / INDEX}", err=True, one_line=True)
+    write(output / INDEX, index_markdown(entries))
+    echo(f"wrote {len(entries)} report(s) and {output / INDEX}", err=True, one_line=True)
     if bad:
         raise typer.Exit(2)
     if failed:
@@ -299,7 +298,7 @@ def _capture(source: Source) -> Session:
             return source.capture(progress)
         finally:
             for line in printed.lines():
-                _echo(line, err=True)
+                echo(line, err=True)
 
 
 @contextmanager
@@ -329,74 +328,11 @@ def _exit_on_failures(session: Session) -> None:
         raise typer.Exit(1)
 
 
-def _write(path: Path, text: str) -> None:
-    """Write an output file atomically: on failure the old file keeps its bytes."""
-    from gradexplain.files import write_atomic
-
-    try:
-        write_atomic(path, safe_text(text))
-    except (OSError, UnicodeError) as error:
-        reason = getattr(error, "strerror", None) or type(error).__name__
-        raise UsageError(f"cannot write {path}: {reason}") from error
-
-
-def _emit(text: str, nl: bool = True) -> None:
-    """Text on stdout. A reader that went away (`| head -1`) ends the output quietly: stdout
-    goes to /dev/null and the command finishes with its own exit code. Any other failure (a
-    full disk) is one line, exit 2. Either way nothing is left in Python's buffer to fail
-    again, noisily, at exit."""
-    try:
-        typer.echo(text, nl=nl)
-    except BrokenPipeError:
-        _drop_stdout()
-    except OSError as error:
-        _drop_stdout()
-        raise OutputError(f"cannot write the output (stdout): {error.strerror or error}") \
-            from error
-
-
-def _drop_stdout() -> None:
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
-    os.close(devnull)
-
-
 def _say(error: GradexplainError) -> None:
     """Bad input as one line on stderr; with --traceback the error goes on up instead."""
     if _state["traceback"]:
         raise error
-    _echo(f"error: {error.one_line()}", err=True, one_line=True)
-
-
-def _print(output: str | RenderableType) -> None:
-    """A rendered output on stdout: text as it is, a rich renderable laid out (`_echo_rich`)."""
-    if isinstance(output, str):
-        _echo(output, nl=False)
-    else:
-        _echo_rich(output)
-
-
-def _echo_rich(renderable: RenderableType) -> None:
-    from rich.console import Console
-
-    from gradexplain.render.console import plain_text, safe_print
-
-    if sys.stdout.isatty():
-        safe_print(Console(), renderable)
-        return
-
-    # Piped or redirected: 100 columns, no colour, no trailing padding on any line.
-    _echo(plain_text(renderable))
-
-
-def _echo(text: str, *, nl: bool = True, err: bool = False, one_line: bool = False) -> None:
-    """Text out on stdout or (`err`) stderr: every output passes here or `_write`, so no
-    control character of the user's reaches the terminal (`safe_text`); a `one_line` message
-    has its newlines escaped too. stdout goes through `_emit` (a closed pipe, a full disk)."""
-    if err:
-        typer.echo(safe_text(text, one_line=one_line), nl=nl, err=True)
-    else:
-        _emit(safe_text(text, one_line=one_line), nl=nl)
+    echo(f"error: {error.one_line()}", err=True, one_line=True)
 
 
 def main() -> None:
@@ -417,7 +353,7 @@ def main() -> None:
         # A bug of ours, not bad input: still one line, with the way to see more.
         if _state["traceback"]:
             raise
-        _echo(
+        echo(
             f"internal error: {type(error).__name__}: {error} "
             "(rerun with --traceback and please report it)",
             err=True, one_line=True,

@@ -1,0 +1,87 @@
+"""How text leaves the program: stdout, stderr and the files written. Everything the CLI says
+passes through `echo`, `show` or `write`, so no control character of the user's reaches the
+terminal (`safe_text`), a full disk is one line (OutputError, exit 2), a reader that went away
+ends the output quietly, and a file is written whole or not at all (`files.write_atomic`).
+Part of the CLI edge (`cli.py` decides what to say; this module only says it).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import typer
+
+from gradexplain.errors import OutputError, UsageError
+from gradexplain.safe_text import safe_text
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
+
+
+def write(path: Path, text: str) -> None:
+    """Write an output file atomically: on failure the old file keeps its bytes."""
+    from gradexplain.files import write_atomic
+
+    try:
+        write_atomic(path, safe_text(text))
+    except (OSError, UnicodeError) as error:
+        reason = getattr(error, "strerror", None) or type(error).__name__
+        raise UsageError(f"cannot write {path}: {reason}") from error
+
+
+def _emit(text: str, nl: bool = True) -> None:
+    """Text on stdout. A reader that went away (`| head -1`) ends the output quietly: stdout
+    goes to /dev/null and the command finishes with its own exit code. Any other failure (a
+    full disk) is one line, exit 2. Either way nothing is left in Python's buffer to fail
+    again, noisily, at exit."""
+    try:
+        typer.echo(text, nl=nl)
+    except BrokenPipeError:
+        _drop_stdout()
+    except OSError as error:
+        _drop_stdout()
+        raise OutputError(f"cannot write the output (stdout): {error.strerror or error}") \
+            from error
+
+
+def _drop_stdout() -> None:
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
+def show(output: str | RenderableType) -> None:
+    """A rendered output on stdout: text as it is, a rich renderable laid out (`_show_rich`)."""
+    if isinstance(output, str):
+        echo(output, nl=False)
+    else:
+        _show_rich(output)
+
+
+def _show_rich(renderable: RenderableType) -> None:
+    from rich.console import Console
+
+    from gradexplain.render.console import plain_text, safe_print
+
+    if sys.stdout.isatty():
+        safe_print(Console(), renderable)
+        return
+
+    # Piped or redirected: 100 columns, no colour, no trailing padding on any line.
+    echo(plain_text(renderable))
+
+
+def echo(text: str, *, nl: bool = True, err: bool = False, one_line: bool = False) -> None:
+    """Text out on stdout or (`err`) stderr: every output passes here or `write`, so no
+    control character of the user's reaches the terminal (`safe_text`); a `one_line` message
+    has its newlines escaped too. stdout goes through `_emit` (a closed pipe, a full disk)."""
+    if err:
+        typer.echo(safe_text(text, one_line=one_line), nl=nl, err=True)
+    else:
+        _emit(safe_text(text, one_line=one_line), nl=nl)
+
+
+__all__ = ["echo", "show", "write"]
