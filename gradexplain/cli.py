@@ -18,7 +18,7 @@ import typer
 
 from gradexplain import __version__
 from gradexplain import cli_options as option
-from gradexplain.cli_output import echo, show, write
+from gradexplain.cli_output import echo, show, show_warning, write
 from gradexplain.cli_startup import completion_without_coercion, plain_validate_files
 from gradexplain.errors import GradexplainError, UsageError
 from gradexplain.sessions import (
@@ -337,6 +337,16 @@ def _say(error: GradexplainError) -> None:
 
 def main() -> None:
     """Entry point of the `gradexplain` console script and `python -m gradexplain`."""
+    shown_before = warnings.showwarning
+    # Warnings Python shows itself (a model's, at import or in its forward) go out escaped.
+    warnings.showwarning = show_warning
+    try:
+        _main()
+    finally:
+        warnings.showwarning = shown_before
+
+
+def _main() -> None:
     try:
         plain_validate = plain_validate_files(sys.argv[1:])
         if plain_validate is not None:

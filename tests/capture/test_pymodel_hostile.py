@@ -33,6 +33,7 @@ SOURCE = '''
 import copy
 import os
 import sys
+import warnings
 
 import torch
 from torch import nn
@@ -41,6 +42,8 @@ if os.environ.get("HOSTILE_AT_IMPORT") == "print":
     print("import says hello")
 if os.environ.get("HOSTILE_AT_IMPORT") == "exit":
     sys.exit(7)
+if os.environ.get("HOSTILE_AT_IMPORT") == "warn":
+    warnings.warn("import warns \x1b[2J")
 
 
 class Unprintable(Exception):
@@ -147,6 +150,17 @@ def make_printing():
 
 def make_chatty():
     return Net(prints=100_000)
+
+
+class Warns(Net):
+    def forward(self, x):
+        warnings.warn("forward warns \x1b]0;pwned\x07" + "x" * 100_000 + "\\n" * 10_000)
+        return super().forward(x)
+
+
+def make_warning():
+    warnings.warn("factory warns \x9b31m")
+    return Warns()
 
 
 def make_forward():
@@ -290,6 +304,19 @@ def test_printed_output_is_bounded_and_escaped(models: Path) -> None:
     assert 1 < len(lines) <= 60, len(lines)
     assert "more line" in lines[-1]
     assert "\x1b" not in result.stderr and "\\x1b" in result.stderr
+
+
+def test_warnings_are_escaped_and_bounded(models: Path) -> None:
+    # Python shows a warning itself, on stderr: the model's escape sequences must not act.
+    result = walk(models, "make_warning", "--format", "json", env={"HOSTILE_AT_IMPORT": "warn"})
+    assert result.code == 0, result.stderr[-2000:]
+    assert_grads_match(json.loads(result.stdout), "make_warning")
+    for said in ("import warns", "factory warns", "forward warns"):
+        assert said in result.stderr, said
+    assert not re.search("[\x00-\x08\x0b-\x1f\x7f-\x9f]", result.stderr)
+    assert "\\x1b" in result.stderr and "\\u009b" in result.stderr
+    assert max(len(line) for line in result.stderr.splitlines()) < 400
+    assert len(result.stderr.splitlines()) < 40
 
 
 def test_the_api_leaves_prints_to_the_caller(capsys: pytest.CaptureFixture[str]) -> None:
