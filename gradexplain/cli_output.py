@@ -17,6 +17,7 @@ import typer
 
 from gradexplain.errors import OutputError, UsageError
 from gradexplain.safe_text import safe_text
+from gradexplain.user_output import MAX_LINE
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -85,20 +86,20 @@ def echo(text: str, *, nl: bool = True, err: bool = False, one_line: bool = Fals
         _emit(safe_text(text, one_line=one_line), nl=nl)
 
 
-# A warning is cut to this many lines of this many characters: a model can warn with a megabyte.
+# A warning is cut to this many lines, each as long as a line of the model's own output: a
+# model can warn with a megabyte of text.
 WARNING_LINES = 6
-WARNING_LINE_CHARACTERS = 300
 
 
 def show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
                  file: object = None, line: str | None = None) -> None:
     """`warnings.showwarning` at the CLI edge: Python's own two lines (where, and the source
-    line), escaped and cut to WARNING_LINES of WARNING_LINE_CHARACTERS, on stderr. Without it
-    a model's `warnings.warn` would reach the terminal raw, escape sequences and all."""
+    line), escaped and cut to WARNING_LINES lines of MAX_LINE characters, on stderr. Without
+    it a model's `warnings.warn` would reach the terminal raw, escape sequences and all."""
     lines = warnings.formatwarning(message, category, filename, lineno, line).splitlines()
     for shown in lines[:WARNING_LINES]:
-        if len(shown) > WARNING_LINE_CHARACTERS:
-            shown = shown[:WARNING_LINE_CHARACTERS] + f"... ({len(shown):,} characters)"
+        if len(shown) > MAX_LINE:
+            shown = shown[:MAX_LINE] + f"... ({len(shown):,} characters)"
         echo(shown, err=True)
     if len(lines) > WARNING_LINES:
         echo(f"... {len(lines) - WARNING_LINES:,} more line(s) of that warning not shown", err=True)
