@@ -29,8 +29,8 @@ MESSAGE_LIMIT = 200
 
 # Frames in these folders are not the user's: gradexplain, torch and Python's own library.
 _TORCH = str(Path(torch.__file__).parent.resolve())
-_NOT_USER = (str(Path(gradexplain.__file__).parent.resolve()), _TORCH,
-             str(Path(sysconfig.get_paths()["stdlib"]).resolve()))
+_OURS = str(Path(gradexplain.__file__).parent.resolve())
+_NOT_USER = (_OURS, _TORCH, str(Path(sysconfig.get_paths()["stdlib"]).resolve()))
 
 
 def caught(error: BaseException) -> bool:
@@ -90,14 +90,34 @@ def user_frame(error: BaseException) -> str | None:
     return found
 
 
+def raised_by_us(error: BaseException) -> bool:
+    """Whether, of the frames in the user's files and in gradexplain's, the innermost is ours:
+    our own hook failing inside the user's forward is our bug, not the model's, even though
+    the exception went through the user's file on its way out."""
+    ours = False
+    trace: TracebackType | None = error.__traceback__
+    while trace is not None:
+        filename = trace.tb_frame.f_code.co_filename
+        if _is_users(filename):
+            ours = False
+        elif _resolved(filename).startswith(_OURS):
+            ours = True
+        trace = trace.tb_next
+    return ours
+
+
 def _is_users(filename: str) -> bool:
     if filename.startswith("<"):  # <frozen runpy>, <string>: not a file the user can open
         return False
+    resolved = _resolved(filename)
+    return bool(resolved) and not resolved.startswith(_NOT_USER)
+
+
+def _resolved(filename: str) -> str:
     try:
-        resolved = str(Path(filename).resolve())
+        return str(Path(filename).resolve())
     except (OSError, RuntimeError):
-        return False
-    return not resolved.startswith(_NOT_USER)
+        return ""
 
 
 def with_place(text: str, error: BaseException) -> str:
@@ -170,7 +190,8 @@ def blamed_on_user(target: str, stage: str = "loading of the model") -> Iterator
     try:
         yield current
     except BaseException as error:
-        if not caught(error) or (isinstance(error, Exception) and user_frame(error) is None):
+        if not caught(error) or (isinstance(error, Exception)
+                                 and (user_frame(error) is None or raised_by_us(error))):
             raise
         place = user_frame(error)
         raise ModelRunError(f"{target}: the model's code {described(error)} (during the "
@@ -178,5 +199,5 @@ def blamed_on_user(target: str, stage: str = "loading of the model") -> Iterator
 
 
 __all__ = ["MESSAGE_LIMIT", "Stage", "blamed_on_user", "caught", "cut", "described", "message_of",
-           "not_a_tensor_returned", "safe_repr", "user_frame", "with_place"]
+           "not_a_tensor_returned", "raised_by_us", "safe_repr", "user_frame", "with_place"]
 
