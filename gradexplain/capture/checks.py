@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from gradexplain.capture.values import tensor_value
+from gradexplain.capture.values import recorded_tensor, tensor_value
 from gradexplain.records.trace import TensorValue
 from gradexplain.records.walk import Check
 
@@ -102,6 +102,6 @@ def check(value: TensorValue | None, expected: torch.Tensor) -> Check:
         reference = torch.stack([reference.min(), reference.max(), reference.mean(),
                                  reference.norm()])
     else:
-        got = torch.tensor(value.value, dtype=torch.float64)
+        got = recorded_tensor(value)
     verified, error = agreement(got, reference, RECOMPUTED)
     return Check(verified, error, expected_value)

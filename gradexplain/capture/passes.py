@@ -16,7 +16,7 @@ from gradexplain.capture.label import EventLabels
 from gradexplain.capture.lessons.torch_errors import explain_error
 from gradexplain.capture.replay import Replay, ReplayMismatch
 from gradexplain.capture.user_changes import Changes
-from gradexplain.capture.values import tensor_value
+from gradexplain.capture.values import recorded_tensor, tensor_value
 from gradexplain.language.model import ModelSpec
 from gradexplain.records.graph import GraphView, Signature
 from gradexplain.records.lessons.torch_errors import Attempt
@@ -187,7 +187,7 @@ def _accumulated(before: TensorValue | None, added: torch.Tensor | None,
         return None  # summarised: too large to add up here
     expected = added.detach().double() if added is not None else None
     if before is not None:
-        base = torch.tensor(before.value, dtype=torch.float64)
+        base = recorded_tensor(before)
         expected = base if expected is None else base + expected
     if expected is None:
         return Check(after is None, 0.0 if after is None else math.inf, None)

@@ -5,6 +5,7 @@ values out; the tracer and every check use these.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -50,6 +51,15 @@ def tensor_value(tensor: torch.Tensor | None) -> TensorValue | None:
     return TensorValue(shape, dtype, data.tolist())
 
 
+def recorded_tensor(value: TensorValue) -> torch.Tensor:
+    """A recorded value as a float64 tensor of its recorded shape. The nested lists alone lose
+    an empty tensor's shape: `[]` is (0,), whether it was recorded from (0,) or (0, 2)."""
+    assert value.value is not None, "a summarised value has no elements to rebuild"
+    rebuilt = torch.tensor(value.value, dtype=torch.float64)
+    shape = tuple(value.shape)
+    return rebuilt.reshape(shape) if rebuilt.numel() == math.prod(shape) else rebuilt
+
+
 def grad_outputs(spec: GradOutputs, of: torch.Tensor) -> torch.Tensor:
     """The `grad_outputs` tensor of an autograd.grad call: ones, a one-hot column, a literal."""
     if spec.kind == "ones":
@@ -62,4 +72,4 @@ def grad_outputs(spec: GradOutputs, of: torch.Tensor) -> torch.Tensor:
     return make_tensor(spec.value).to(of.dtype)
 
 
-__all__ = ["grad_outputs", "tensor_value", "value_limit"]
+__all__ = ["grad_outputs", "recorded_tensor", "tensor_value", "value_limit"]
