@@ -11,9 +11,13 @@ import unicodedata
 
 from gradexplain.safe_text import safe_text
 
-BIDI = [*range(0x202A, 0x202F), *range(0x2066, 0x206A)]
+BIDI = [0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A)]
+# Unicode's own line breaks beyond C0 and C1 (str.splitlines breaks there too), and the
+# invisible characters that make two names look alike.
+LINE_BREAKS = [0x2028, 0x2029]
+INVISIBLE = [0x200B, 0x2060, 0xFEFF]
 UNSAFE = [*range(0x00, 0x09), *range(0x0B, 0x20), 0x7F, *range(0x80, 0xA0), *BIDI,
-          0xD800, 0xDBFF, 0xDC00, 0xDFFF]
+          *LINE_BREAKS, *INVISIBLE, 0xD800, 0xDBFF, 0xDC00, 0xDFFF]
 
 
 def test_every_unsafe_character_is_escaped_as_its_code_point() -> None:
@@ -24,6 +28,16 @@ def test_every_unsafe_character_is_escaped_as_its_code_point() -> None:
         # The escape names the code point: \xNN below DEL, \uNNNN from DEL up.
         assert int(escape[2:], 16) == point
         assert escape.startswith("\\x" if point < 0x7F else "\\u"), escape
+
+
+def test_no_line_break_is_left_but_newline() -> None:
+    # The oracle: every character str.splitlines breaks a line at is escaped, newline aside.
+    breaks = [chr(point) for point in range(0x110000)
+              if len(f"a{chr(point)}b".splitlines()) == 2]
+    assert breaks and "\n" in breaks
+    for character in breaks:
+        assert len(safe_text(f"a{character}b").splitlines()) == (2 if character == "\n" else 1)
+        assert len(safe_text(f"a{character}b", one_line=True).splitlines()) == 1
 
 
 def test_newline_and_tab_stay_unless_one_line() -> None:

@@ -1,8 +1,9 @@
-"""Hostile text in what we print and write (issue 19, escape): a spec, a saved session or the
-user's own Python can hold terminal control sequences (`\\e]0;title\\a`, `\\e[2J`), C1 controls,
-bidi overrides and lone surrogates. The real command line runs in a subprocess and its raw
-bytes are read: no control byte but newline and tab, no C1 or bidi code point, valid UTF-8 (a
-lone surrogate cannot be encoded, so it must have been escaped), and the escaped form is shown.
+"""Hostile text in what we print and write (issue 19, escape): a spec, a saved session or the user's
+own Python can hold terminal control sequences (`\\e]0;title\\a`, `\\e[2J`), C1 controls, line
+separators, bidi marks and overrides, and lone surrogates. The real command line runs in a
+subprocess and its raw bytes are read: no control byte but newline and tab, no C1 or bidi code
+point, valid UTF-8 (a lone surrogate cannot be encoded, so it must have been escaped), and the
+escaped form is shown.
 
 The oracle is Python: the hostile strings are written here, and JSON output must parse back to
 exactly them (escaping in JSON is JSON's own `\\u`, so no data is lost).
@@ -22,11 +23,11 @@ import pytest
 from tests.helpers.cli import REPO, SPECS
 
 # YAML double-quoted escapes, and the Python string they stand for.
-HOSTILE_YAML = r"pwn\e]0;pwned\a\e[2J\u009b31m\u202e\u2066\x7fend"
-HOSTILE = "pwn\x1b]0;pwned\x07\x1b[2J\x9b31m\u202e\u2066\x7fend"
+HOSTILE_YAML = r"pwn\e]0;pwned\a\e[2J\u009b31m\u202e\u2066\x7f\u2028\u200fend"
+HOSTILE = "pwn\x1b]0;pwned\x07\x1b[2J\x9b31m\u202e\u2066\x7f\u2028\u200fend"
 # What must be visible in every output that shows HOSTILE (rich drops the BEL in text output;
 # markdown escapes the brackets).
-SHOWN = ("pwn\\x1b", "pwned", "2J\\u009b31m\\u202e\\u2066\\u007fend")
+SHOWN = ("pwn\\x1b", "pwned", "2J\\u009b31m\\u202e\\u2066\\u007f\\u2028\\u200fend")
 MODULE = "mod\x1b[2J\x9b\u202e2"  # a module renamed by hand in a saved session
 MODULE_SHOWN = "mod\\x1b[2J\\u009b\\u202e2"
 
@@ -35,7 +36,8 @@ UNSAFE_BYTES = {*range(0x00, 0x09), *range(0x0B, 0x20), 0x7F}
 
 def unsafe_code_point(character: str) -> bool:
     point = ord(character)
-    return 0x80 <= point <= 0x9F or 0x202A <= point <= 0x202E or 0x2066 <= point <= 0x2069
+    return (0x80 <= point <= 0x9F or 0x202A <= point <= 0x202E or 0x2066 <= point <= 0x2069
+            or point in (0x061C, 0x200B, 0x200E, 0x200F, 0x2028, 0x2029, 0x2060, 0xFEFF))
 
 
 @dataclass(frozen=True)
@@ -134,7 +136,8 @@ def test_validate_shows_the_name_escaped(hostile_spec: Path) -> None:
     result = run("validate", str(hostile_spec))
     assert result.code == 0, result
     # validate prints the name itself, before rich: even the BEL shows.
-    assert_safe(result.stdout, "pwn\\x1b]0;pwned\\x07\\x1b[2J\\u009b31m\\u202e\\u2066\\u007fend")
+    assert_safe(result.stdout,
+                "pwn\\x1b]0;pwned\\x07\\x1b[2J\\u009b31m\\u202e\\u2066\\u007f\\u2028\\u200fend")
 
 
 def test_walk_text_and_its_saved_session(walked: tuple[Run, Path]) -> None:
