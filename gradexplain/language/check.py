@@ -59,14 +59,15 @@ from gradexplain.language.shapes import (
     ValueType,
     show,
 )
-from gradexplain.language.work import bound_intermediate, check_work
+from gradexplain.language.work import MultiplyAdds, bound_intermediate, check_work
 
 
 def check_spec(spec: ModelSpec) -> ModelSpec:
     """Check names, shapes and bounds; return the spec with `tensors` filled in."""
     checker = _Checker(spec)
     checker.run()
-    check_work(spec)  # after the names are known to resolve, so name errors are said first
+    # After the names are known to resolve, so name errors are said first.
+    check_work(spec, checker.multiply_adds.forward)
     return replace(spec, tensors=tuple(checker.tensors.values()))
 
 
@@ -75,6 +76,7 @@ class _Checker:
         self.spec = spec
         self.tensors: dict[str, TensorInfo] = {}
         self.total_elements = 0
+        self.multiply_adds = MultiplyAdds()
         self.module_paths: set[str] = set()
         self.checked_calls: dict[tuple[str, tuple[ValueType, ...]], ValueType] = {}
         for module in spec.root.all_modules():
@@ -119,6 +121,7 @@ class _Checker:
         if key in self.checked_calls:
             return self.checked_calls[key]
         scope = self.scope_of(module, arg_types, arg_places)
+        self.multiply_adds.enter()
         for name, entry in scope.items():
             if isinstance(entry.value, TensorType):
                 self.record(module.qualify(name), entry.value, entry.where)
@@ -150,6 +153,7 @@ class _Checker:
         if any(isinstance(item, UnknownType) for item in results):
             result = UnknownType()
         self.checked_calls[key] = result
+        self.multiply_adds.leave(key, module is self.spec.root)
         return result
 
     def assign(self, module: ModuleSpec, scope: Scope, step: Step,
@@ -266,8 +270,11 @@ class _Checker:
         if expr.op == "@":
             if not isinstance(left, TensorType) or not isinstance(right, TensorType):
                 raise ShapeProblem("@ needs two tensors; use * to multiply by a number")
-            return TensorType(shapes.matmul(left.shape, right.shape), True,
-                              left.requires_grad or right.requires_grad)
+            product = TensorType(shapes.matmul(left.shape, right.shape), True,
+                                 left.requires_grad or right.requires_grad)
+            self.multiply_adds.add(shapes.numel(product.shape) * left.shape[-1], step,
+                                   expr.column)
+            return product
         if len(tensors) == 1:
             return TensorType(tensors[0].shape, True, tensors[0].requires_grad)
         a, b = tensors
@@ -295,7 +302,7 @@ class _Checker:
             if isinstance(entry.value, LayerSpec):
                 return self.call_layer(entry.value, expr, args, where, step)
             if isinstance(entry.value, ModuleSpec):
-                return self.call_module(entry.value, expr, args, where)
+                return self.call_module(entry.value, expr, args, where, step)
             raise SpecNameError(f"{expr.func!r} is {a_kind(entry.kind)} tensor, not something to "
                                 "call", where)
         # A function's arguments are inferred once each, as bound below: inferring them here too
@@ -315,7 +322,12 @@ class _Checker:
             else:
                 options[param.name] = self.literal_option(rule.name, param.name, param.kind,
                                                           value, where)
-        return call_function(rule, tensor_args, options)
+        result = call_function(rule, tensor_args, options)
+        if rule.name == "matmul" and isinstance(result, TensorType) and isinstance(
+                tensor_args[0], TensorType):
+            self.multiply_adds.add(shapes.numel(result.shape) * tensor_args[0].shape[-1], step,
+                                   expr.column)
+        return result
 
     def literal_option(self, func: str, name: str, kind: str, value: object,
                        where: Location) -> object:
@@ -351,13 +363,20 @@ class _Checker:
         try:
             if not value.floating and not rule.accepts_whole:
                 raise ShapeProblem(f"{layer.kind} needs a floating-point input; {WHOLE_NUMBERS}")
-            return rule.infer(value, options)
+            result = rule.infer(value, options)
         except ShapeProblem as problem:
             raise SpecShapeError(f"in step {quoted(step.text)}: layer {layer.name!r}: {problem}",
                                  where) from None
+        if layer.kind in ("Linear", "Conv2d"):
+            # Each output element is one weight row (one filter) times its input window.
+            weight = rule.weight_shapes(options)["weight"]
+            self.multiply_adds.add(
+                shapes.numel(result.shape) * (shapes.numel(weight) // weight[0]), step,
+                expr.column)
+        return result
 
     def call_module(self, module: ModuleSpec, expr: Call, args: list[ValueType],
-                    where: Location) -> ValueType:
+                    where: Location, step: Step) -> ValueType:
         if expr.kwargs or len(args) != len(module.args):
             raise SpecShapeError(
                 f"the module {module.name!r} takes {len(module.args)} argument(s) "
@@ -371,10 +390,14 @@ class _Checker:
                     f"{'a number' if isinstance(value, NumberType) else 'a group of tensors'}",
                     where,
                 )
+        again = (module.path, tuple(args)) in self.checked_calls
         try:
-            return self.module_body(module, tuple(args), {})
+            result = self.module_body(module, tuple(args), {})
         except RecursionError:
             raise SpecLimitError("modules nest too deeply", where) from None
+        if again:
+            self.multiply_adds.called_again((module.path, tuple(args)), step, expr.column)
+        return result
 
     # --- records ---------------------------------------------------------------------------
 

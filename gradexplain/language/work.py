@@ -1,5 +1,6 @@
-"""The total work a spec asks of a walk, bounded at validate time: steps run, backward runs, and
-the tensors made inside steps (which no name declares).
+"""The total work a spec asks of a walk, bounded at validate time: steps run, backward runs, the
+tensors made inside steps (which no name declares), and the multiply-adds of its Linear, Conv2d
+and matrix products.
 
 A spec's size bounds (steps written, tensor elements) do not bound what it asks for: a module that
 calls its child twice, 12 levels deep, is a 1 KB spec whose forward runs 16,000 steps (131 s and
@@ -8,6 +9,11 @@ Every step a walk runs is traced, labelled and checked, and every backward run f
 again, so the work is counted here as a walk will do it: module calls expanded (multiplied
 through nesting), and backward runs times the steps each one goes back through. Counting is
 linear in the spec (each module is counted once and its count reused), never expanded.
+
+Small tensors can still ask for much arithmetic: eight Conv2d(256, 256, kernel_size=9) on one
+48x48 image hold 4.7 M elements at most but do 9.8e10 multiply-adds per forward, a 38 s walk
+(22 s of CPU: a walk computes the forward and its backward about ten times over, in two passes
+and the hook-free runs that check every label).
 """
 
 from __future__ import annotations
@@ -28,14 +34,19 @@ MAX_BACKWARD_RUNS = 200
 # Backward runs times the forward's steps: each run goes back through every step's hooks.
 # The 1,000-layer spec may be run back through 10 times, a 100-step spec 200 times.
 MAX_BACKWARD_WORK = 20_000
+# Multiply-adds of one forward, every module call expanded (about 2 s of CPU for a walk here), and
+# of one forward times the backward runs (each goes back through them, at about twice the cost).
+# A ResNet-50 on a 224x224 image does 4.1e9; these specs are tiny models.
+MAX_MULTIPLY_ADDS = 10**10
+MAX_BACKWARD_MULTIPLY_ADDS = 5 * 10**10
 # Functions whose result is usually a view of their operand, so not added to the total (reshape
 # of a transposed tensor copies; the bound on every single tensor still applies to all of them).
 _VIEWS = frozenset({"reshape", "flatten", "transpose", "squeeze", "unsqueeze", "chunk", "detach"})
 
 
-def check_work(spec: ModelSpec) -> int:
-    """Refuse a spec whose walk would run more steps or backward runs than the bounds above;
-    return the number of steps its forward runs."""
+def check_work(spec: ModelSpec, multiply_adds: int) -> int:
+    """Refuse a spec whose walk would run more steps or backward runs than the bounds above,
+    given the `multiply_adds` of its forward; return the number of steps its forward runs."""
     counter = _StepCounter()
     steps_run = 0
     for step in spec.root.steps:
@@ -59,7 +70,51 @@ def check_work(spec: ModelSpec) -> int:
                 f"forward of {steps_run:,} steps, {runs * steps_run:,} steps' hooks in all; "
                 f"at most {MAX_BACKWARD_WORK:,} are allowed: run backward fewer times or "
                 "explain a smaller model", where)
+        if runs * multiply_adds > MAX_BACKWARD_MULTIPLY_ADDS:
+            raise SpecLimitError(
+                f"with this {what} call the spec asks for {runs:,} backward runs through a "
+                f"forward of {multiply_adds:,} multiply-adds, {runs * multiply_adds:,} in all; "
+                f"at most {MAX_BACKWARD_MULTIPLY_ADDS:,} are allowed: run backward fewer times "
+                "or make the layers or inputs smaller", where)
     return steps_run
+
+
+class MultiplyAdds:
+    """The multiply-adds of the forward as the checker meets them, a module's counted once (at
+    its first call, with those argument shapes) and added again at each further call, so the
+    count is of the forward expanded while the checking is not. `open` holds one running count
+    per module body being checked; their sum is the forward's so far."""
+
+    def __init__(self) -> None:
+        self.open: list[int] = []
+        self.per_call: dict[object, int] = {}
+        self.forward = 0
+
+    def enter(self) -> None:
+        self.open.append(0)
+
+    def leave(self, call: object, root: bool) -> None:
+        count = self.open.pop()
+        self.per_call[call] = count
+        if self.open:
+            self.open[-1] += count
+        if root:
+            self.forward = count
+
+    def called_again(self, call: object, step: Step, column: int) -> None:
+        self.add(self.per_call.get(call, 0), step, column)
+
+    def add(self, count: int, step: Step, column: int) -> None:
+        if not self.open or not count:
+            return
+        self.open[-1] += count
+        total = sum(self.open)
+        if total > MAX_MULTIPLY_ADDS:
+            raise SpecLimitError(
+                f"in step {quoted(step.text)}: the forward would do {_count(total)} "
+                "multiply-adds by here (Linear, Conv2d, @ and matmul, every module call "
+                f"counted); at most {MAX_MULTIPLY_ADDS:,} are allowed (hooks are explained on "
+                "tiny models: make the layers or inputs smaller)", step.where.shifted(column))
 
 
 def bound_intermediate(expr: Expr, shape: Shape, module_call: bool, step: Step,

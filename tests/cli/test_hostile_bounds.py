@@ -226,6 +226,81 @@ def test_tensors_made_inside_steps_count_toward_the_total(write_spec: Write) -> 
     assert "20,000,000" in message and "in all" in message, message
 
 
+# --- total work: multiply-adds -------------------------------------------------------------------
+
+# The bound, written here as the oracle's number: 10**10 multiply-adds in one forward.
+BOUND = 10**10
+
+
+def linear_spec(batch: int, features: int) -> str:
+    return (f"inputs:\n  x: {{zeros: [{batch}, {features}]}}\n"
+            f"layers:\n  l: {{Linear: {{in_features: {features}, out_features: {features}}}}}\n"
+            "forward: ['y = l(x)', 'z = sum(y)']\nbackward: z\n")
+
+
+def conv_spec(side: int) -> str:
+    """Conv2d(100, 100, kernel_size=10) on one 100-channel image: each output element is a
+    100 x 10 x 10 window."""
+    return (f"inputs:\n  x: {{zeros: [1, 100, {side}, {side}]}}\n"
+            "layers:\n  c: {Conv2d: {in_channels: 100, out_channels: 100, kernel_size: 10}}\n"
+            "forward: ['y = c(x)', 'z = sum(y)']\nbackward: z\n")
+
+
+def product_spec(size: int, how: str) -> str:
+    return (f"inputs:\n  a: {{zeros: [{size}, {size}], requires_grad: true}}\n"
+            f"  b: {{zeros: [{size}, {size}]}}\n"
+            f"forward: ['y = {how}', 'z = sum(y)']\nbackward: z\n")
+
+
+def module_calls(calls: int, inner_calls: int = 1, times: int = 1) -> str:
+    """A module whose Linear(1000, 1000) runs on 1,000 rows (10**9 multiply-adds), called
+    `inner_calls` times by an outer module that the forward calls `calls` times."""
+    inner = ", ".join(f"'h{i} = m({'a' if i == 0 else f'h{i - 1}'})'" for i in range(inner_calls))
+    top = ", ".join(f"'y{i} = outer({'x' if i == 0 else f'y{i - 1}'})'" for i in range(calls))
+    return ("inputs:\n  x: {zeros: [1000, 1000], requires_grad: true}\n"
+            "modules:\n  outer:\n    modules:\n      m:\n"
+            "        layers: {l: {Linear: {in_features: 1000, out_features: 1000}}}\n"
+            "        forward: {args: [a], steps: ['b = l(a)']}\n"
+            f"    forward: {{args: [a], steps: [{inner}]}}\n"
+            f"forward: [{top}, 's = sum(y{calls - 1})']\n"
+            f"backward: {{of: s, times: {times}, retain_graph: true}}\n")
+
+
+@pytest.mark.parametrize(("under", "over", "under_count", "over_count"), [
+    (linear_spec(2500, 2000), linear_spec(2501, 2000), 2500 * 2000 * 2000, 2501 * 2000 * 2000),
+    (conv_spec(109), conv_spec(110), 100 * 100**2 * 100 * 10 * 10, 100 * 101**2 * 100 * 10 * 10),
+    (product_spec(2154, "a @ b"), product_spec(2155, "a @ b"), 2154**3, 2155**3),
+    (product_spec(2154, "matmul(a, b)"), product_spec(2155, "matmul(a, b)"), 2154**3, 2155**3),
+], ids=["Linear", "Conv2d", "@", "matmul"])
+def test_multiply_adds_of_one_layer_are_bounded(under: str, over: str, under_count: int,
+                                                over_count: int, write_spec: Write) -> None:
+    """Tensors within every element bound can still ask for minutes of arithmetic (eight
+    Conv2d(256, 256, 9) on a 48x48 image walked 38 s): the forward's multiply-adds are
+    bounded, counted as torch does them (out elements x the weight row or window each needs)."""
+    assert under_count <= BOUND < over_count
+    accepted(write_spec(under))
+    message = refused(write_spec(over))
+    assert f"{over_count:,} multiply-adds" in message and f"{BOUND:,}" in message, message
+
+
+def test_multiply_adds_count_every_module_call(write_spec: Write) -> None:
+    """Checked once, counted at every call: 5 calls of a module calling its child twice are 10
+    runs of the child's 10**9 multiply-adds, at the bound; a sixth call adds two more."""
+    accepted(write_spec(module_calls(5, inner_calls=2)))
+    message = refused(write_spec(module_calls(6, inner_calls=2)))
+    assert f"{12 * 10**9:,} multiply-adds" in message and "y5 = outer(y4)" in message, message
+    accepted(write_spec(module_calls(10)))
+    assert "y10" in refused(write_spec(module_calls(11)))
+
+
+def test_multiply_adds_times_backward_runs_are_bounded(write_spec: Write) -> None:
+    """One forward of 10**9 multiply-adds gone back through 50 times is at the bound of
+    5 * 10**10; 51 times is over it."""
+    accepted(write_spec(module_calls(1, times=50)))
+    message = refused(write_spec(module_calls(1, times=51)))
+    assert "51 backward runs" in message and f"{51 * 10**9:,}" in message, message
+
+
 # --- messages ------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize(("written", "number"), [
