@@ -103,6 +103,18 @@ class MixNet(nn.Module):
         return Mix.apply(y, 3.0, self.m(x)) + y
 
 
+class Checkpointed(nn.Module):
+    def __init__(self, reentrant):
+        super().__init__()
+        self.l = nn.Sequential(nn.Linear(3, 3), nn.ReLU())
+        self.m = nn.Linear(3, 3)
+        self.reentrant = reentrant
+
+    def forward(self, x):
+        from torch.utils.checkpoint import checkpoint
+        return self.m(checkpoint(self.l, x, use_reentrant=self.reentrant))
+
+
 def make_square():
     return SquareNet()
 
@@ -113,6 +125,10 @@ def make_mix():
 
 def make_once():
     return OnceNet()
+
+
+def make_reentrant():
+    return Checkpointed(True)
 '''
 
 
@@ -238,3 +254,9 @@ def test_custom_backward_that_runs_once_walks_without_its_share_checked(models: 
     terms = [term for line in doc["chain_rule"][0]["lines"] if line["node"] == "OnceBackward"
              for term in line["terms"]]
     assert terms and all(term.get("check") is None for term in terms), terms
+
+
+# --- checkpoints --------------------------------------------------------------------------------
+
+def test_reentrant_checkpoint_is_refused_in_one_line(models: Path) -> None:
+    assert_one_error_line(walk(models, "make_reentrant"), "use_reentrant")
