@@ -260,3 +260,13 @@ def test_custom_backward_that_runs_once_walks_without_its_share_checked(models: 
 
 def test_reentrant_checkpoint_is_refused_in_one_line(models: Path) -> None:
     assert_one_error_line(walk(models, "make_reentrant"), "use_reentrant")
+
+
+# --- the Python API -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("shape", [(4, -3), (0, 3), (True, 3), (100_000, 100_000)])
+def test_explain_refuses_a_bad_shape_with_the_packages_error(shape: tuple[int, ...]) -> None:
+    from gradexplain import GradexplainError, explain
+
+    with pytest.raises(GradexplainError, match=r"input 0 is the shape"):
+        explain(torch.nn.Linear(3, 3), shape)
