@@ -127,6 +127,25 @@ def make_once():
     return OnceNet()
 
 
+def make_weight_norm_old():
+    return nn.Sequential(nn.utils.weight_norm(nn.Linear(3, 3)), nn.ReLU())
+
+
+def make_pruned():
+    import torch.nn.utils.prune as prune
+    layer = nn.Linear(3, 3)
+    prune.l1_unstructured(layer, "weight", amount=0.5)
+    return nn.Sequential(layer, nn.ReLU())
+
+
+def make_scripted():
+    return torch.jit.script(nn.Sequential(nn.Linear(3, 3), nn.Tanh()))
+
+
+def make_script_inside():
+    return nn.Sequential(nn.Linear(3, 3), torch.jit.script(nn.Tanh()))
+
+
 def make_reentrant():
     return Checkpointed(True)
 '''
@@ -260,6 +279,18 @@ def test_custom_backward_that_runs_once_walks_without_its_share_checked(models: 
 
 def test_reentrant_checkpoint_is_refused_in_one_line(models: Path) -> None:
     assert_one_error_line(walk(models, "make_reentrant"), "use_reentrant")
+
+
+# --- what torch refuses ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("factory", ["make_weight_norm_old", "make_pruned"])
+def test_a_model_torch_will_not_deep_copy_is_one_error_line(models: Path, factory: str) -> None:
+    assert_one_error_line(walk(models, factory), "refused to deep-copy")
+
+
+@pytest.mark.parametrize("factory", ["make_scripted", "make_script_inside"])
+def test_a_script_module_is_one_error_line(models: Path, factory: str) -> None:
+    assert_one_error_line(walk(models, factory), "TorchScript")
 
 
 # --- the Python API -----------------------------------------------------------------------------
