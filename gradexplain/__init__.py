@@ -8,12 +8,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+# What explain() raises: errors.py imports nothing heavy, so it comes with the package root.
+from gradexplain.errors import GradexplainError
+
 if TYPE_CHECKING:
     from gradexplain.api import Explanation, explain
 
 __version__ = "0.1.0"
 
-__all__ = ["Explanation", "__version__", "explain"]
+__all__ = ["Explanation", "GradexplainError", "__version__", "explain"]
 
 
 def __getattr__(name: str) -> object:

@@ -132,6 +132,7 @@ def explain(model: nn.Module | Any, *inputs: torch.Tensor | Sequence[int], loss:
             tensors.append(item)
             given.append(item.requires_grad)
         elif isinstance(item, (tuple, list)) and all(isinstance(size, int) for size in item):
+            _check_shape(index, tuple(item))
             tensors += random_inputs([InputShape(tuple(item))], seed=index)
             given.append(True)
         else:
@@ -143,6 +144,22 @@ def explain(model: nn.Module | Any, *inputs: torch.Tensor | Sequence[int], loss:
     grads = _requires_grad(requires_grad, given, tensors)
     return Explanation(capture_module(module, tuple(tensors), target, loss, max_values, None,
                                       None, threads, output=path, requires_grad=grads))
+
+
+def _check_shape(index: int, shape: tuple[int, ...]) -> None:
+    """A shape given for input `index`: positive sizes, within the CLI's bound on elements (a
+    negative size is torch's RuntimeError in randn, a typo the caller should hear about)."""
+    from gradexplain.capture.pymodel import MAX_INPUT_ELEMENTS
+
+    if any(isinstance(size, bool) or size <= 0 for size in shape):
+        raise UsageError(f"explain(): input {index} is the shape {shape}; every size must be a "
+                         "positive integer")
+    elements = 1
+    for size in shape:
+        elements *= size
+    if elements > MAX_INPUT_ELEMENTS:
+        raise UsageError(f"explain(): input {index} is the shape {shape}: {elements:,} "
+                         f"elements, more than the {MAX_INPUT_ELEMENTS:,} gradexplain accepts")
 
 
 def _output_path(output: str | int | Sequence[str | int] | None) -> tuple[str, ...]:

@@ -25,6 +25,10 @@ class ClaimError(Exception):
     """A claim that names nothing in the graph (or names it ambiguously): it cannot hold."""
 
 
+class NotReplayed(Exception):
+    """A claim about a share the check run could not compute: unchecked, and why."""
+
+
 @dataclass(frozen=True)
 class Evaluated:
     """A claim's check, or why it has none (a call torch refused: nothing to compare with)."""
@@ -47,6 +51,8 @@ class ClaimChecker:
             return Evaluated(None, "the call torch refused has no hook-free result to compare")
         try:
             expected = self.expected(meaning, runs, value.shape)
+        except NotReplayed as reason:
+            return Evaluated(None, str(reason))
         except ClaimError as error:
             return Evaluated(Check(False, math.inf, None, str(error)))
         return Evaluated(check(value, expected))
@@ -140,6 +146,9 @@ class ClaimChecker:
         if edges is None:
             found = values.totals.get(ranked)
         else:
+            for rank, _ in edges:
+                if rank in self.replay.unreplayed:
+                    raise NotReplayed(self.replay.unreplayed[rank])
             shares = [values.edges.get(edge) for edge in edges]
             present = [share for share in shares if share is not None]
             found = sum(present[1:], present[0]) if present else None

@@ -27,7 +27,14 @@ import torch
 from torch import nn
 
 from gradexplain.capture.build import Built
-from gradexplain.capture.usercode import caught, described, message_of, safe_repr, with_place
+from gradexplain.capture.usercode import (
+    caught,
+    described,
+    message_of,
+    safe_repr,
+    user_frame,
+    with_place,
+)
 from gradexplain.errors import BadInput, Location, first_line
 from gradexplain.language.model import (
     BackwardSpec,
@@ -269,7 +276,17 @@ class PythonSource:
     description: str
 
     def build(self) -> Built:
-        model = copy.deepcopy(self.model)
+        try:
+            model = copy.deepcopy(self.model)
+        except RuntimeError as error:
+            if user_frame(error) is not None:
+                raise  # the user's own __deepcopy__: blamed on the model (usercode)
+            # torch's refusal (old weight_norm and prune keep a non-leaf tensor as an
+            # attribute): no pass can run without its own copy, so say what torch said.
+            raise ModelLoadError(
+                f"{self.spec.python.target if self.spec.python else self.spec.name}: torch "
+                f"refused to deep-copy the model, and each pass runs on a deep copy of it: "
+                f"{first_line(error)}") from error
         for parameter in model.parameters():
             parameter.grad = None
         _copy_tensor_hooks(self.model, model)
@@ -313,6 +330,7 @@ def python_source(model: nn.Module, inputs: Sequence[torch.Tensor], target: str,
         if wanted and not tensor.is_floating_point():
             raise ModelLoadError(f"{target}: an input of dtype {_dtype_name(tensor)} cannot "
                                  "require grad (only floating tensors can)")
+    _refuse_script(model, target)
     names = input_names(model, len(inputs))
     where = Location(target)
     specs = tuple(
@@ -332,6 +350,18 @@ def python_source(model: nn.Module, inputs: Sequence[torch.Tensor], target: str,
     lines = [f"# {command}" if command else f"# {target}", f"# inputs: {shapes}",
              f"# loss = {selected}.{loss}(); loss.backward()", safe_repr(model)]
     return PythonSource(spec, model, tuple(inputs), "\n".join(lines) + "\n")
+
+
+def _refuse_script(model: nn.Module, target: str) -> None:
+    """A TorchScript module (torch.jit.script or trace) anywhere in the model: torch refuses
+    forward hooks on it, and every pass hooks every module's forward."""
+    for path, module in model.named_modules():
+        if isinstance(module, torch.jit.ScriptModule):
+            where = f"{path} is" if path else "the model is"
+            raise ModelLoadError(
+                f"{target}: {where} a TorchScript module ({type(module).__name__}); torch "
+                "refuses forward hooks on ScriptModules and gradexplain hooks every module's "
+                "forward: give the nn.Module as it was before torch.jit.script or trace")
 
 
 def _dtype_name(tensor: torch.Tensor) -> DType:

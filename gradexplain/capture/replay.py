@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch.autograd.function import BackwardCFunction
 from torch.autograd.graph import GradientEdge
 
 from gradexplain.capture.build import Builder, Built, build, make_tensor, observe
@@ -90,6 +91,9 @@ class Replay:
                 "be checked")
         self.rank = {node: index for index, node in enumerate(self.order)}
         self.runs: dict[int, RunValues] = {}
+        # Nodes whose own backward could not be run again here (a custom Function's backward
+        # raised), by rank: why their edges' shares have no hook-free value.
+        self.unreplayed: dict[int, str] = {}
         cache: dict[tuple[str, str, int], RunValues] = {}
         for run in trace.runs:
             key = (run.kind, run.of, run.call)
@@ -135,8 +139,18 @@ class Replay:
                 filled = [grad if grad is not None else torch.zeros(
                     meta.shape, dtype=meta.dtype) for grad, meta in
                           zip(incoming, node._input_metadata, strict=True)]
-                shares = node(*filled)
-                shares = shares if isinstance(shares, tuple) else (shares,)
+                try:
+                    shares = _apply(node, filled)
+                except Exception as error:
+                    if not isinstance(node, BackwardCFunction):
+                        raise
+                    # The user's own backward, called a second time on the same ctx: one
+                    # that counts its calls or frees what it saved may refuse.
+                    self.unreplayed[rank] = (
+                        f"the backward of {type(node).__name__} (a custom autograd.Function) "
+                        f"failed when called again on its own ({type(error).__name__}), so its "
+                        "shares have no hook-free value to compare")
+                    continue
                 for number, (share, (child, output)) in enumerate(
                         zip(shares, node.next_functions, strict=False)):
                     edges[(rank, number)] = _as_engine_does(share, child, output)
@@ -145,6 +159,25 @@ class Replay:
     def position_shape(self, position: Ranked) -> tuple[int, ...]:
         node = self.order[position[0]]
         return tuple(node._input_metadata[position[1]].shape)
+
+
+def _apply(node: Node, grads: list[torch.Tensor]) -> tuple[torch.Tensor | None, ...]:
+    """The node's backward on `grads`, one share per next_functions edge. A custom
+    `torch.autograd.Function`'s node is no callable C++ node: its `apply` runs the user's
+    backward, which returns one gradient per forward argument (None for a non-tensor);
+    the engine keeps those of the tensor arguments, the edges. An argument that needs a
+    gradient is exactly an edge to a node, so those two line up in order."""
+    if not isinstance(node, BackwardCFunction):
+        shares = node(*grads)
+        return tuple(shares) if isinstance(shares, (tuple, list)) else (shares,)
+    custom: Any = node  # torch leaves BackwardCFunction.apply untyped
+    returned = custom.apply(*grads)
+    returned = tuple(returned) if isinstance(returned, (tuple, list)) else (returned,)
+    needed = [share for share, needs in zip(returned, node.needs_input_grad, strict=False)
+              if needs]
+    found = iter(needed)
+    return tuple(None if child is None else next(found, None)
+                 for child, _ in node.next_functions)
 
 
 def _as_engine_does(share: torch.Tensor | None, child: Node | None,

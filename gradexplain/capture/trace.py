@@ -29,7 +29,7 @@ from gradexplain.capture.build import Built, make_tensor, observe
 from gradexplain.capture.user_hooks import user_hooks
 from gradexplain.capture.usercode import user_frame
 from gradexplain.capture.values import grad_outputs, tensor_value
-from gradexplain.errors import ExpectationError, Location
+from gradexplain.errors import ExpectationError, Location, ModelRunError
 from gradexplain.records.names import ACCUMULATE, HOOK_WRAPPER, canonical_name, op_name
 from gradexplain.records.trace import (
     Arg,
@@ -97,6 +97,9 @@ class _Recorder:
         self.input_names = {spec.name for spec in built.spec.inputs}
         self.node_ids: dict[Node, str] = {}
         self.node_objects: list[Node] = []
+        # The nodes of the traced graph, each with our Node hooks: a node met later (made by
+        # a forward run again inside the backward) is in node_ids but was never hooked.
+        self.hooked: set[Node] = set()
         # The node whose pre-hooks ran last: module backward hooks are post-hooks of that node.
         self.current_node: Node | None = None
         self.calls: list[ModuleCall] = []
@@ -245,6 +248,7 @@ class _Recorder:
             if node in seen:
                 continue
             seen.add(node)
+            self.hooked.add(node)
             node_id = self.node_id(node)
             assert node_id is not None
             hooks.enter_context(node.register_prehook(self.node_pre_hook(node)))
@@ -300,13 +304,33 @@ class _Recorder:
         """A legacy ("backward") or full ("full_backward") module hook: same signature."""
         def hook(module: nn.Module, grad_input: tuple[Any, ...],
                  grad_output: tuple[Any, ...]) -> None:
+            self.in_traced_graph(path)
             self.record(kind, path, self.current_node,
                         self.args("grad_input", grad_input) + self.args("grad_output",
                                                                           grad_output))
         return hook
 
+    def in_traced_graph(self, path: str) -> None:
+        """Refuse a module backward hook fired by a node outside the traced graph: a backward
+        run inside the backward (a reentrant checkpoint recomputes its forward and calls
+        autograd.backward on it) fires hooks on a graph made after ours was hooked, and read
+        against the node that runs it they would get the wrong labels."""
+        running = torch._C._current_autograd_node()
+        if running is None or running in self.hooked:
+            return
+        python = self.spec.python
+        target = python.target if python is not None else self.spec.name
+        raise ModelRunError(
+            f"{target}: the backward hook of {path or 'the model'} ran inside another "
+            f"backward, on {running.name()}, a node made during the backward (torch.utils."
+            "checkpoint with use_reentrant=True recomputes its forward and backpropagates "
+            "through it from inside the outer backward, and so does a custom Function whose "
+            "backward calls autograd): gradexplain cannot tie those hook arguments to the "
+            "graph it traced; use_reentrant=False (torch's recommendation) walks")
+
     def full_backward_pre_hook(self, path: str) -> Any:
         def hook(module: nn.Module, grad_output: tuple[Any, ...]) -> None:
+            self.in_traced_graph(path)
             self.record("full_backward_pre", path, self.current_node,
                         self.args("grad_output", grad_output))
         return hook

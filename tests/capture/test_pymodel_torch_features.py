@@ -1,0 +1,303 @@
+"""Python models using torch features the hook walk meets rarely: custom autograd Functions,
+reentrant checkpoints, complex tensors, modules deepcopy refuses, lazy modules, ScriptModules,
+hooks that torch itself refuses, sparse gradients.
+
+Each test runs the real command line in a subprocess on a small model file written here. A model
+torch can run either walks, its gradients compared with plain PyTorch run here on the same
+source, or is refused in one `error:` line naming the file and saying what and why (exit 2).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from tests.helpers.cli import REPO, Result
+
+FILE = "feature_models.py"
+
+SOURCE = '''
+import torch
+from torch import nn
+
+
+class Square(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, = ctx.saved_tensors
+        return 2 * x * grad
+
+
+class Mix(torch.autograd.Function):
+    """A tensor, a number, a tensor: backward returns None for the number."""
+
+    @staticmethod
+    def forward(ctx, a, k, b):
+        ctx.save_for_backward(a, b)
+        ctx.k = k
+        return a * b * k
+
+    @staticmethod
+    def backward(ctx, grad):
+        a, b = ctx.saved_tensors
+        return grad * b * ctx.k, None, grad * a * ctx.k
+
+
+class Once(torch.autograd.Function):
+    """A backward that refuses a second call on the same ctx."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.calls = 0
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, grad):
+        ctx.calls += 1
+        if ctx.calls > 1:
+            raise RuntimeError("once only")
+        return grad * 2
+
+
+class OnceNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l = nn.Linear(3, 3)
+
+    def forward(self, x):
+        return torch.tanh(Once.apply(self.l(x)))
+
+
+class SquareNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l = nn.Linear(3, 3)
+
+    def forward(self, x):
+        return torch.tanh(Square.apply(self.l(x)))
+
+
+class MixNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l = nn.Linear(3, 3)
+        self.m = nn.Linear(3, 3)
+
+    def forward(self, x):
+        y = self.l(x)
+        return Mix.apply(y, 3.0, self.m(x)) + y
+
+
+class Checkpointed(nn.Module):
+    def __init__(self, reentrant):
+        super().__init__()
+        self.l = nn.Sequential(nn.Linear(3, 3), nn.ReLU())
+        self.m = nn.Linear(3, 3)
+        self.reentrant = reentrant
+
+    def forward(self, x):
+        from torch.utils.checkpoint import checkpoint
+        return self.m(checkpoint(self.l, x, use_reentrant=self.reentrant))
+
+
+def make_square():
+    return SquareNet()
+
+
+def make_mix():
+    return MixNet()
+
+
+def make_once():
+    return OnceNet()
+
+
+def make_weight_norm_old():
+    return nn.Sequential(nn.utils.weight_norm(nn.Linear(3, 3)), nn.ReLU())
+
+
+def make_pruned():
+    import torch.nn.utils.prune as prune
+    layer = nn.Linear(3, 3)
+    prune.l1_unstructured(layer, "weight", amount=0.5)
+    return nn.Sequential(layer, nn.ReLU())
+
+
+def make_scripted():
+    return torch.jit.script(nn.Sequential(nn.Linear(3, 3), nn.Tanh()))
+
+
+def make_script_inside():
+    return nn.Sequential(nn.Linear(3, 3), torch.jit.script(nn.Tanh()))
+
+
+def make_reentrant():
+    return Checkpointed(True)
+'''
+
+
+@pytest.fixture
+def models(tmp_path: Path) -> Path:
+    path = tmp_path / FILE
+    path.write_text(SOURCE, encoding="utf-8")
+    return path
+
+
+def run(*args: str) -> Result:
+    """`python -m gradexplain ARGS` in a process of its own, this tree first on the path."""
+    done = subprocess.run(
+        [sys.executable, "-m", "gradexplain", *args], capture_output=True, text=True, cwd=REPO,
+        env={**os.environ, "NO_COLOR": "1", "COLUMNS": "100", "PYTHONPATH": str(REPO)},
+        timeout=300, check=False)
+    return Result(done.returncode, done.stdout, done.stderr)
+
+
+def walk(models: Path, factory: str, *shape: str) -> Result:
+    return run("walk", f"{models}:{factory}", "--input", *(shape or ("4x3",)),
+               "--format", "json")
+
+
+def walked(models: Path, factory: str, *shape: str) -> dict[str, Any]:
+    """The walk's JSON, which must have exited 0 with every check verified."""
+    result = walk(models, factory, *shape)
+    assert result.code == 0, result.stderr[-2000:]
+    doc: dict[str, Any] = json.loads(result.stdout)
+    checks = [arg["check"] for walk_pass in doc["passes"] for item in walk_pass["events"]
+              for arg in item["args"] if arg.get("check") is not None]
+    assert checks, "a walk with no checks proves nothing"
+    assert all(check["verified"] for check in checks)
+    return doc
+
+
+def assert_one_error_line(result: Result, *words: str) -> str:
+    """Exit 2, nothing on stdout, one `error:` line naming the model file (and `words`)."""
+    assert result.code == 2, (result.code, result.stderr[-2000:])
+    assert result.stdout == ""
+    assert "Traceback" not in result.stderr and "internal error" not in result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1, result.stderr[-2000:]
+    line = lines[0]
+    assert FILE in line, line
+    for word in words:
+        assert word in line, (word, line)
+    return line
+
+
+def plain_torch(factory: str, shape: tuple[int, ...] = (4, 3),
+                dtype: torch.dtype = torch.float32) -> tuple[dict[str, torch.Tensor], Any]:
+    """The oracle: SOURCE's factory under torch.manual_seed(0), on torch.manual_seed(0)'s
+    randn(shape) (randint(0, 10) for int64), `loss = output.sum(); loss.backward()`; the
+    gradients by leaf name, and the model's namespace."""
+    namespace: dict[str, Any] = {}
+    with contextlib.redirect_stdout(io.StringIO()), torch.random.fork_rng(devices=[]), \
+            warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        exec(compile(SOURCE, FILE, "exec"), namespace)
+        torch.manual_seed(0)
+        model = namespace[factory]()
+        torch.manual_seed(0)
+        if dtype == torch.int64:
+            x = torch.randint(0, 10, shape)
+        else:
+            x = torch.randn(shape, dtype=dtype).requires_grad_()
+        model(x).sum().backward()
+    grads = {"x": x.grad}
+    grads.update({name: param.grad for name, param in model.named_parameters()})
+    return {name: grad for name, grad in grads.items() if grad is not None}, model
+
+
+def assert_grads_match(doc: dict[str, Any], expected: dict[str, torch.Tensor]) -> None:
+    for walk_pass in doc["passes"]:
+        got = walk_pass["grads"]
+        assert set(got) == set(expected), (walk_pass["mode"], sorted(got))
+        for name, grad in expected.items():
+            torch.testing.assert_close(torch.tensor(got[name], dtype=grad.dtype),
+                                       grad.to_dense())
+
+
+def tensor_hook_value(doc: dict[str, Any], target: str) -> torch.Tensor:
+    """What the tensor hook on `target` received in the legacy pass."""
+    found = [item for item in doc["passes"][0]["events"]
+             if item["hook"] == "tensor" and item["target"] == target]
+    assert len(found) == 1, (target, len(found))
+    return torch.tensor(found[0]["args"][0]["value"])
+
+
+# --- custom autograd Functions ----------------------------------------------------------------
+
+def test_custom_function_walks_with_its_gradient_checked(models: Path) -> None:
+    doc = walked(models, "make_square")
+    expected, _ = plain_torch("make_square")
+    assert_grads_match(doc, expected)
+    # The tensor hook on Square's operand: d tanh(y^2)/dy = (1 - tanh(y^2)^2) * 2y.
+    _, model = plain_torch("make_square")
+    torch.manual_seed(0)
+    y = model.l(torch.randn(4, 3)).detach()
+    torch.testing.assert_close(tensor_hook_value(doc, "l:addmm"),
+                               (1 - torch.tanh(y * y) ** 2) * 2 * y)
+
+
+def test_custom_function_with_a_number_argument_maps_its_gradients(models: Path) -> None:
+    """Mix.backward returns (grad a, None, grad b): the None is the number's, not b's."""
+    doc = walked(models, "make_mix")
+    expected, _ = plain_torch("make_mix")
+    assert_grads_match(doc, expected)
+    # The chain rule's step through MixBackward: one checked share per tensor operand.
+    terms = [term for line in doc["chain_rule"][0]["lines"] if line["node"] == "MixBackward"
+             for term in line["terms"]]
+    assert len(terms) == 2, terms
+    assert all(term["check"] is not None and term["check"]["verified"] for term in terms)
+
+
+def test_custom_backward_that_runs_once_walks_without_its_share_checked(models: Path) -> None:
+    """The check run calls a custom node's backward a second time; one that refuses leaves its
+    share unchecked (never zeros taken for its value), and everything else is checked."""
+    doc = walked(models, "make_once")
+    expected, _ = plain_torch("make_once")
+    assert_grads_match(doc, expected)
+    terms = [term for line in doc["chain_rule"][0]["lines"] if line["node"] == "OnceBackward"
+             for term in line["terms"]]
+    assert terms and all(term.get("check") is None for term in terms), terms
+
+
+# --- checkpoints --------------------------------------------------------------------------------
+
+def test_reentrant_checkpoint_is_refused_in_one_line(models: Path) -> None:
+    assert_one_error_line(walk(models, "make_reentrant"), "use_reentrant")
+
+
+# --- what torch refuses ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("factory", ["make_weight_norm_old", "make_pruned"])
+def test_a_model_torch_will_not_deep_copy_is_one_error_line(models: Path, factory: str) -> None:
+    assert_one_error_line(walk(models, factory), "refused to deep-copy")
+
+
+@pytest.mark.parametrize("factory", ["make_scripted", "make_script_inside"])
+def test_a_script_module_is_one_error_line(models: Path, factory: str) -> None:
+    assert_one_error_line(walk(models, factory), "TorchScript")
+
+
+# --- the Python API -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("shape", [(4, -3), (0, 3), (True, 3), (100_000, 100_000)])
+def test_explain_refuses_a_bad_shape_with_the_packages_error(shape: tuple[int, ...]) -> None:
+    from gradexplain import GradexplainError, explain
+
+    with pytest.raises(GradexplainError, match=r"input 0 is the shape"):
+        explain(torch.nn.Linear(3, 3), shape)
