@@ -20,7 +20,7 @@ from gradexplain import __version__
 from gradexplain import cli_options as option
 from gradexplain.cli_output import echo, show, show_warning, write
 from gradexplain.cli_startup import completion_without_coercion, plain_validate_files
-from gradexplain.errors import GradexplainError, UsageError
+from gradexplain.errors import GradexplainError, UsageError, first_line
 from gradexplain.sessions import (
     NO_OPTIONS,
     RunOptions,
@@ -363,8 +363,11 @@ def _main() -> None:
         # A bug of ours, not bad input: still one line, with the way to see more.
         if _state["traceback"]:
             raise
+        # Its first line, cut: torch's messages can run to pages (a list of every backend).
+        message = first_line(error)
+        message = message if len(message) <= 300 else message[:300] + "..."
         echo(
-            f"internal error: {type(error).__name__}: {error} "
+            f"internal error: {type(error).__name__}: {message} "
             "(rerun with --traceback and please report it)",
             err=True, one_line=True,
         )

@@ -207,6 +207,11 @@ class ModelRunError(BadInput):
     or it returned something that cannot be backpropagated)."""
 
 
+class ComplexValueError(ModelRunError):
+    """A hook was handed a complex tensor: gradexplain labels real gradients only (a complex
+    tensor's gradient is a conjugate Wirtinger derivative, which no label here says)."""
+
+
 class HookRefusedError(BadInput):
     """torch refused full backward hooks on the model even on the modules left after the
     in-place probe's refusals (and the wider set tried next): the in-place op was not found."""

@@ -29,6 +29,7 @@ from gradexplain.capture.trace import trace
 from gradexplain.capture.usercode import blamed_on_user
 from gradexplain.capture.values import value_limit
 from gradexplain.errors import (
+    ComplexValueError,
     HookRefusedError,
     ModelRunError,
     SpecRunError,
@@ -242,8 +243,11 @@ def capture_module(model: nn.Module, inputs: tuple[torch.Tensor, ...], target: s
     with blamed_on_user(target, "set-up") as stage:
         source = python_source(model, inputs, target, loss, command,  # type: ignore[arg-type]
                                output, requires_grad)
-        return capture(source.spec, target, source.description, source.build, max_values,
-                       stage.track(progress), threads)
+        try:
+            return capture(source.spec, target, source.description, source.build, max_values,
+                           stage.track(progress), threads)
+        except ComplexValueError as error:  # met in a hook, which knows no model name
+            raise ModelRunError(f"{target}: {error}") from error
 
 
 __all__ = ["STAGES", "Progress", "capture", "capture_module", "capture_target"]

@@ -135,7 +135,11 @@ def not_a_tensor_returned(error: BaseException,
     while trace is not None:
         frame = trace.tb_frame
         local = frame.f_locals
+        # The failure is this frame's own (`var = var[0]` raised here, the innermost frame),
+        # on a result that holds no tensor: an error raised further in (a warning turned into
+        # an error by the user's filter) is not about what the module returned.
         if ("non_full_backward_hooks" in local and "var" in local and "result" in local
+                and trace.tb_next is None and not isinstance(local["result"], torch.Tensor)
                 and str(Path(frame.f_code.co_filename).resolve()).startswith(_TORCH)):
             module = local.get("self")
             path = "" if module is model else next(

@@ -13,6 +13,7 @@ from contextvars import ContextVar
 import torch
 
 from gradexplain.capture.build import make_tensor
+from gradexplain.errors import ComplexValueError
 from gradexplain.language.model import GradOutputs
 from gradexplain.records.trace import VALUE_LIMIT, Summary, TensorValue
 
@@ -37,6 +38,13 @@ def tensor_value(tensor: torch.Tensor | None) -> TensorValue | None:
     if tensor is None:
         return None
     data = tensor.detach()
+    if data.layout != torch.strided:
+        # A sparse gradient (Embedding(sparse=True)) has no storage to read: its values are
+        # those of the dense tensor it stands for, which is what every check compares.
+        data = data.to_dense()
+    if data.is_complex():
+        raise ComplexValueError(complex_refusal(f"a hook was handed a complex tensor "
+                                                f"({data.dtype}, shape {tuple(data.shape)})"))
     shape = tuple(data.shape)
     dtype = str(data.dtype).removeprefix("torch.")
     if data.numel() > _value_limit.get():
@@ -49,6 +57,14 @@ def tensor_value(tensor: torch.Tensor | None) -> TensorValue | None:
         summary = Summary(minimum, maximum, mean, norm)
         return TensorValue(shape, dtype, None, summary)
     return TensorValue(shape, dtype, data.tolist())
+
+
+def complex_refusal(what: str) -> str:
+    """Why `what` stops the walk: one sentence, the same wherever a complex tensor is met."""
+    return (f"{what}: gradexplain labels real-valued gradients only (torch's gradient of a "
+            "complex tensor is a conjugate Wirtinger derivative, which no label here says): "
+            "keep complex arithmetic out of the model explained, or explain a real-valued "
+            "part of it")
 
 
 def recorded_tensor(value: TensorValue) -> torch.Tensor:
@@ -72,4 +88,4 @@ def grad_outputs(spec: GradOutputs, of: torch.Tensor) -> torch.Tensor:
     return make_tensor(spec.value).to(of.dtype)
 
 
-__all__ = ["grad_outputs", "recorded_tensor", "tensor_value", "value_limit"]
+__all__ = ["complex_refusal", "grad_outputs", "recorded_tensor", "tensor_value", "value_limit"]

@@ -148,6 +148,73 @@ def make_script_inside():
 
 def make_reentrant():
     return Checkpointed(True)
+
+
+class ComplexInside(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l = nn.Linear(3, 3)
+
+    def forward(self, x):
+        y = self.l(x)
+        return (torch.complex(y, 2 * y) ** 2).abs()
+
+
+class ComplexParam(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(3, 3, dtype=torch.cfloat))
+
+    def forward(self, x):
+        return (x.to(torch.cfloat) @ self.w).real
+
+
+class ComplexOut(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l = nn.Linear(3, 3)
+
+    def forward(self, x):
+        y = self.l(x)
+        return torch.complex(y, 2 * y)
+
+
+def make_complex_inside():
+    return ComplexInside()
+
+
+def make_complex_param():
+    return ComplexParam()
+
+
+def make_complex_out():
+    return ComplexOut()
+
+
+def make_sparse_embedding():
+    return nn.Sequential(nn.Embedding(10, 3, sparse=True), nn.Tanh())
+
+
+def make_sparse_bag():
+    return nn.EmbeddingBag(10, 3, mode="sum", sparse=True)
+
+
+class WarningsAsErrors(nn.Module):
+    """torch's FutureWarning for a legacy hook on a module of several nodes, made an error by
+    the model's own filter."""
+
+    def __init__(self):
+        super().__init__()
+        self.l = nn.Linear(3, 3)
+
+    def forward(self, x):
+        import warnings
+        warnings.simplefilter("error")
+        return torch.tanh(self.l(x)) * 2
+
+
+def make_warnings_as_errors():
+    return WarningsAsErrors()
 '''
 
 
@@ -301,3 +368,36 @@ def test_explain_refuses_a_bad_shape_with_the_packages_error(shape: tuple[int, .
 
     with pytest.raises(GradexplainError, match=r"input 0 is the shape"):
         explain(torch.nn.Linear(3, 3), shape)
+
+
+# --- complex tensors, sparse gradients, a warning made an error ---------------------------------
+
+@pytest.mark.parametrize("factory", ["make_complex_inside", "make_complex_param",
+                                     "make_complex_out"])
+def test_complex_tensors_are_refused_in_one_line(models: Path, factory: str) -> None:
+    """A label says a real derivative; a complex tensor's gradient is not one. Refused where
+    it is met (a hook handed it, or the output), never an internal error."""
+    assert_one_error_line(walk(models, factory), "complex")
+
+
+@pytest.mark.parametrize("factory", ["make_sparse_embedding", "make_sparse_bag"])
+def test_sparse_gradients_walk_against_torch(models: Path, factory: str) -> None:
+    """Embedding(sparse=True) hands hooks a sparse gradient with no storage to read: recorded
+    and checked as the dense tensor it stands for."""
+    doc = walked(models, factory, "2x5:int64")
+    expected, _ = plain_torch(factory, (2, 5), torch.int64)
+    assert any(grad.layout != torch.strided for grad in expected.values())
+    for walk_pass in doc["passes"]:
+        got = walk_pass["grads"]
+        # The token ids are an input too, with no gradient (int64).
+        assert {name for name, grad in got.items() if grad is not None} == set(expected)
+        for name, grad in expected.items():
+            torch.testing.assert_close(torch.tensor(got[name], dtype=grad.dtype),
+                                       grad.to_dense())
+
+
+def test_a_warning_made_an_error_is_said_as_what_it_is(models: Path) -> None:
+    """The model's filter turns torch's FutureWarning into an exception inside the module call:
+    it is not the module returning something that is no tensor."""
+    line = assert_one_error_line(walk(models, "make_warnings_as_errors"), "FutureWarning")
+    assert "returned" not in line, line
