@@ -345,10 +345,15 @@ class _Recorder:
 
     def post_accumulate_hook(self, name: str) -> Any:
         def hook(tensor: torch.Tensor) -> None:
+            index = self.tensor_index.get(_key(tensor))
+            if index is None:
+                # Not the leaf: a user's hook before this one returned a value, which torch
+                # hands on to the next hook and then refuses (it must return None).
+                return
             # The hook receives the leaf itself; what it is there to show is the .grad just
             # accumulated, so that is the value recorded under the argument's name.
             self.record("post_accumulate_grad", name, None,
-                        [Arg("tensor", tensor_value(tensor.grad), self.tensor_index[_key(tensor)])])
+                        [Arg("tensor", tensor_value(tensor.grad), index)])
         return hook
 
     def node_pre_hook(self, node: Node) -> Any:

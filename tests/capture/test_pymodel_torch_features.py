@@ -215,6 +215,16 @@ class WarningsAsErrors(nn.Module):
 
 def make_warnings_as_errors():
     return WarningsAsErrors()
+
+
+def make_linear_plain():
+    return nn.Linear(3, 3)
+
+
+def make_post_accumulate_returns():
+    layer = nn.Linear(3, 3)
+    layer.weight.register_post_accumulate_grad_hook(lambda p: p.grad.mul_(5))
+    return layer
 '''
 
 
@@ -401,3 +411,18 @@ def test_a_warning_made_an_error_is_said_as_what_it_is(models: Path) -> None:
     it is not the module returning something that is no tensor."""
     line = assert_one_error_line(walk(models, "make_warnings_as_errors"), "FutureWarning")
     assert "returned" not in line, line
+
+
+def test_a_post_accumulate_hook_returning_a_value_is_torchs_refusal(models: Path) -> None:
+    """The user's hook returns p.grad (mul_ returns it): torch hands that to the next hook,
+    ours, in place of the leaf, then refuses the call. The walk shows the refusal with why,
+    exit 1, not an internal error; .grad as torch left it is torch's own, times 5."""
+    result = walk(models, "make_post_accumulate_returns")
+    assert result.code == 1, result.stderr[-2000:]
+    assert "internal error" not in result.stderr and "Traceback" not in result.stderr
+    doc = json.loads(result.stdout)
+    (run_,) = doc["runs"]
+    assert run_["error"] is not None and "post-accumulate" in run_["explanation"]["what"]
+    expected, _ = plain_torch("make_linear_plain")
+    weight = next(leaf for leaf in run_["leaves"] if leaf["name"] == "weight")
+    torch.testing.assert_close(torch.tensor(weight["after"]["value"]), expected["weight"] * 5)

@@ -93,11 +93,24 @@ def _view_inplace(error: RunError, attempt: Attempt) -> ErrorExplanation:
     )
 
 
+def _post_accumulate_returned(error: RunError, attempt: Attempt) -> ErrorExplanation:
+    return ErrorExplanation(
+        "a post-accumulate-grad hook that returned a value",
+        "register_post_accumulate_grad_hook's hook is called with the leaf after its .grad is "
+        "accumulated and must return None: it changes .grad in place if at all. torch hands a "
+        "returned value to the next hook in place of the leaf, then refuses the call.",
+        "return nothing from the hook (p.grad.mul_(5), or p.grad = p.grad * 5, then no "
+        "return); to replace the gradient on its way, use a tensor hook (p.register_hook(fn)), "
+        "whose returned value does replace it.",
+    )
+
+
 _RULES: tuple[tuple[str, Callable[[RunError, Attempt], ErrorExplanation]], ...] = (
     ("grad can be implicitly created only for scalar outputs", _non_scalar),
     ("backward through the graph a second time", _second_time),
     ("does not require grad and does not have a grad_fn", _no_grad),
     ("of backwardhookfunction is a view and is being modified inplace", _view_inplace),
+    ("post accumulate grad hooks should return none", _post_accumulate_returned),
 )
 
 
