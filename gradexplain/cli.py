@@ -235,7 +235,8 @@ def report(
         _report_all(all_specs, output)
         return
     options = option.run_options(input_shapes, inputs_file, loss, max_values, threads, loss_of)
-    check_run_output(output, "-o", spec, load, options)
+    check_run_output(output, "-o", spec, load, options,
+                     "give a file name, or leave out -o to print the report to stdout")
     session = _session(spec, load, options)
     text = report_page(session)
     if output is None:

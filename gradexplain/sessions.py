@@ -123,13 +123,13 @@ def check_inputs_file(path: Path | None) -> None:
 
 
 def check_run_output(output: Path | None, flag: str, spec: str | None, load: Path | None,
-                     options: RunOptions) -> None:
+                     options: RunOptions, instead: str = "give a file name to write") -> None:
     """Before the run: its output file (`-o`, `--save`; None: stdout) can be written and is
-    none of the run's inputs (`run_inputs`)."""
+    none of the run's inputs (`run_inputs`); `instead`: what to do about a pipe or device."""
     if output is not None:
         from gradexplain.files import check_output
 
-        check_output(output, flag, run_inputs(spec, load, options))
+        check_output(output, flag, run_inputs(spec, load, options), instead)
 
 
 def run_inputs(spec: str | None, load: Path | None, options: RunOptions) -> tuple[Path, ...]:

@@ -194,6 +194,28 @@ def test_an_output_that_cannot_be_written_is_refused_before_the_run(
     assert not torch_imported_by(command, spec, flag, str(tmp_path / target))
 
 
+@pytest.mark.parametrize(("command", "flag", "stream", "says"), [
+    ("report", "-o", "/dev/stdout", "leave out -o to print the report to stdout"),
+    ("walk", "--save", "/dev/stderr", "give a file name to write"),
+])
+def test_a_standard_stream_on_a_pipe_is_refused_before_the_run(
+        command: str, flag: str, stream: str, says: str, tmp_path: Path) -> None:
+    # stdout and stderr are pipes here; realpath takes /dev/stdout to /proc/PID/fd/pipe:[N],
+    # a name that does not exist, which once let it through to fail after the run.
+    good_spec(tmp_path)
+    line = error_line(run(command, "good.yaml", flag, stream, cwd=tmp_path), stream, "pipe")
+    assert line.endswith(says)
+    assert not torch_imported_by(command, str(tmp_path / "good.yaml"), flag, stream)
+
+
+def test_a_report_named_as_long_as_the_file_system_allows_is_written(tmp_path: Path) -> None:
+    good_spec(tmp_path)
+    name = "a" * 252 + ".md"
+    result = run("report", "good.yaml", "-o", name, cwd=tmp_path)
+    assert result.code == 0, result
+    assert sorted(path.name for path in tmp_path.iterdir()) == sorted([name, "good.yaml"])
+
+
 def test_report_all_never_writes_through_a_link_to_a_spec(tmp_path: Path) -> None:
     folder = tmp_path / "specs"
     folder.mkdir()
