@@ -40,7 +40,7 @@ from gradexplain.language.model import (
     TensorInit,
 )
 from gradexplain.output_path import WHOLE, OutputPath, python_form
-from gradexplain.target import TARGET, is_python_target
+from gradexplain.target import TARGET, is_python_target, working_directory_importable
 
 # Bounds on what --input may ask for: a typo like 4000x3000x3 should be an error, not a hang.
 MAX_INPUT_ELEMENTS = 10_000_000
@@ -186,13 +186,9 @@ def _import_file(where: str) -> Any:
 
 
 def _import_module(where: str) -> Any:
-    # A console script does not have the working directory on sys.path; `pkg.mod` in the
-    # directory the user stands in is what they mean.
-    added = "" not in sys.path and str(Path.cwd()) not in sys.path
-    if added:
-        sys.path.insert(0, str(Path.cwd()))
     try:
-        return importlib.import_module(where)
+        with working_directory_importable():
+            return importlib.import_module(where)
     except ModuleNotFoundError as error:
         raise ModelLoadError(f"{where}: cannot import it ({message_of(error)})") from error
     except BaseException as error:  # sys.exit() at import too
@@ -200,9 +196,6 @@ def _import_module(where: str) -> Any:
             raise
         raise ModelLoadError(with_place(f"{where}: importing it {described(error)}",
                                         error)) from error
-    finally:
-        if added:
-            sys.path.remove(str(Path.cwd()))
 
 
 def load_inputs(path: Path) -> tuple[torch.Tensor, ...]:

@@ -178,6 +178,27 @@ def test_the_saved_session_and_inputs_file_are_never_written_over(tmp_path: Path
     assert inputs.read_bytes() == b"not looked at"
 
 
+@pytest.mark.parametrize(("target", "output"), [
+    ("model:make", "model.py"), ("pkg.mod:make", "pkg/mod.py"),
+    ("pkg.mod:make", "pkg/__init__.py"), ("pkg.mod:make", "pkg/../pkg/mod.py")])
+@pytest.mark.parametrize(("command", "flag"), [("report", "-o"), ("walk", "--save")])
+def test_the_module_of_a_dotted_target_is_never_written_over(
+        target: str, output: str, command: str, flag: str, tmp_path: Path) -> None:
+    # `module:NAME` and `pkg.mod:NAME` name no file, yet the run reads one (or several).
+    (tmp_path / "model.py").write_text(EVIL, encoding="utf-8")
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text(EVIL.replace("MARKER", "MARKER_PKG"),
+                                                  encoding="utf-8")
+    (tmp_path / "pkg" / "mod.py").write_text(EVIL, encoding="utf-8")
+    before = {path: path.read_bytes() for path in tmp_path.rglob("*.py")}
+    line = error_line(run(command, target, "--input", "1x2", flag, output, cwd=tmp_path),
+                      output)
+    assert "an input of this run" in line
+    assert {path: path.read_bytes() for path in tmp_path.rglob("*.py")} == before
+    # Refused before any of the user's code ran: the package was not imported to find it.
+    assert not list(tmp_path.rglob("MARKER*"))
+
+
 @pytest.mark.parametrize(("flag", "target", "says"), [
     ("-o", "nowhere/report.md", "does not exist"),
     ("-o", "folder", "folder"),
