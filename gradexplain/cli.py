@@ -264,11 +264,13 @@ def _report_all(folder: Path, output: Path) -> None:
     for path, name in names.items():
         try:
             session = _capture(spec_source(path))
+            # A report that cannot be written (a full disk) is one more bad spec, not the end
+            # of the batch: the rest are still reported, and the index lists those written.
+            write(output / name, report_page(session))
         except GradexplainError as error:
             _say(error)
             bad = True
             continue
-        write(output / name, report_page(session))
         entries.append(ReportEntry(name, session.walk))
         failed |= bool(session.walk.failures())
     write(output / INDEX, index_markdown(entries))

@@ -276,9 +276,31 @@ def test_report_all_outputs_are_written_whole(tmp_path: Path) -> None:
     out.mkdir()
     (out / "good.md").write_text("old report\n", encoding="utf-8")
     result = run("report", "--all", "specs", "-o", "out", cwd=tmp_path, limit_file_bytes=2048)
-    error_line(result, "good.md")
-    assert sorted(path.name for path in out.iterdir()) == ["good.md"]
+    assert result.code == 2, result
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "good.md" in errors[0], result
+    assert sorted(path.name for path in out.iterdir()) == ["good.md", "index.md"]
     assert (out / "good.md").read_text(encoding="utf-8") == "old report\n"
+    assert "good.md" not in (out / "index.md").read_text(encoding="utf-8")
+
+
+def test_report_all_reports_the_rest_around_a_report_it_cannot_write(tmp_path: Path) -> None:
+    folder = tmp_path / "specs"
+    folder.mkdir()
+    # Reports of about 21 kB, 167 kB and 23 kB: files may grow to 100 kB, so b.md alone fails.
+    shutil.copyfile(SPECS / "no_grad_backward.yaml", folder / "a.yaml")
+    shutil.copyfile(SPECS / "column_backward.yaml", folder / "b.yaml")
+    shutil.copyfile(SPECS / "vector_backward.yaml", folder / "c.yaml")
+    result = run("report", "--all", "specs", "-o", "out", cwd=tmp_path,
+                 limit_file_bytes=100_000)
+    assert result.code == 2, result
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "b.md" in errors[0], result
+    assert "wrote 2 report(s)" in result.stderr
+    out = tmp_path / "out"
+    assert sorted(path.name for path in out.iterdir()) == ["a.md", "c.md", "index.md"]
+    index = (out / "index.md").read_text(encoding="utf-8")
+    assert "(a.md)" in index and "(c.md)" in index and "b.md" not in index
 
 
 # --- report --all collisions --------------------------------------------------------------
