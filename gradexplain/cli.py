@@ -12,13 +12,20 @@ import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
 from gradexplain import __version__
 from gradexplain import cli_options as option
-from gradexplain.cli_output import echo, show, show_warning, write
+from gradexplain.cli_output import (
+    echo,
+    failed_on_stdout,
+    show,
+    show_warning,
+    stdout_failure,
+    write,
+)
 from gradexplain.cli_startup import completion_without_coercion, plain_validate_files
 from gradexplain.errors import GradexplainError, UsageError
 from gradexplain.sessions import (
@@ -362,13 +369,25 @@ def _main() -> None:
     except KeyboardInterrupt:
         typer.echo("interrupted", err=True)
         sys.exit(130)
+    except OSError as error:
+        # typer's --help writes to stdout itself: a full disk there is one line, as ours is.
+        if not failed_on_stdout(error):
+            _internal_error(error)
+        failure = stdout_failure(error)
+        if failure is not None:
+            _say(failure)
+            sys.exit(failure.exit_code)
     except Exception as error:
-        # A bug of ours, not bad input: still one line, with the way to see more.
-        if _state["traceback"]:
-            raise
-        echo(
-            f"internal error: {type(error).__name__}: {error} "
-            "(rerun with --traceback and please report it)",
-            err=True, one_line=True,
-        )
-        sys.exit(1)
+        _internal_error(error)
+
+
+def _internal_error(error: Exception) -> NoReturn:
+    """A bug of ours, not bad input: still one line, with the way to see more."""
+    if _state["traceback"]:
+        raise error
+    echo(
+        f"internal error: {type(error).__name__}: {error} "
+        "(rerun with --traceback and please report it)",
+        err=True, one_line=True,
+    )
+    sys.exit(1)

@@ -380,3 +380,27 @@ def test_a_reader_that_went_away_ends_the_output_quietly(args: tuple[str, ...],
     process.stdout.close()  # the reader is gone before a byte is written: EPIPE for certain
     assert process.wait(timeout=TIMEOUT) == 0  # the run's own exit code: every check held
     assert process.stderr.read().decode() == ""
+
+
+@pytest.mark.parametrize("args", [("--help",), ("--version",), ("walk", "--help")])
+def test_typers_own_output_on_a_full_disk_is_one_line(args: tuple[str, ...],
+                                                       tmp_path: Path) -> None:
+    # --help is written by typer itself, not through the CLI's own stdout writer.
+    command = f"'{sys.executable}' -m gradexplain {' '.join(args)} > /dev/full"
+    done = subprocess.run(["sh", "-c", command], capture_output=True, text=True, cwd=tmp_path,
+                          timeout=TIMEOUT, check=False,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    line = error_line(Result(done.returncode, done.stdout, done.stderr), "stdout")
+    assert "cannot write the output" in line
+
+
+@pytest.mark.parametrize("args", [("--help",), ("--version",), ("walk", "--help")])
+def test_typers_own_output_to_a_reader_that_went_away_is_quiet(args: tuple[str, ...],
+                                                               tmp_path: Path) -> None:
+    process = subprocess.Popen([sys.executable, "-m", "gradexplain", *args],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path,
+                               env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert process.stdout is not None and process.stderr is not None
+    process.stdout.close()
+    process.wait(timeout=TIMEOUT)
+    assert process.stderr.read().decode() == ""
