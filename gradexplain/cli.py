@@ -12,13 +12,20 @@ import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
 from gradexplain import __version__
 from gradexplain import cli_options as option
-from gradexplain.cli_output import echo, show, show_warning, write
+from gradexplain.cli_output import (
+    echo,
+    failed_on_stdout,
+    show,
+    show_warning,
+    stdout_failure,
+    write,
+)
 from gradexplain.cli_startup import completion_without_coercion, plain_validate_files
 from gradexplain.errors import GradexplainError, UsageError, first_line
 from gradexplain.sessions import (
@@ -235,7 +242,8 @@ def report(
         _report_all(all_specs, output)
         return
     options = option.run_options(input_shapes, inputs_file, loss, max_values, threads, loss_of)
-    check_run_output(output, "-o", spec, load, options)
+    check_run_output(output, "-o", spec, load, options,
+                     "give a file name, or leave out -o to print the report to stdout")
     session = _session(spec, load, options)
     text = report_page(session)
     if output is None:
@@ -263,11 +271,13 @@ def _report_all(folder: Path, output: Path) -> None:
     for path, name in names.items():
         try:
             session = _capture(spec_source(path))
+            # A report that cannot be written (a full disk) is one more bad spec, not the end
+            # of the batch: the rest are still reported, and the index lists those written.
+            write(output / name, report_page(session))
         except GradexplainError as error:
             _say(error)
             bad = True
             continue
-        write(output / name, report_page(session))
         entries.append(ReportEntry(name, session.walk))
         failed |= bool(session.walk.failures())
     write(output / INDEX, index_markdown(entries))
@@ -359,16 +369,28 @@ def _main() -> None:
     except KeyboardInterrupt:
         typer.echo("interrupted", err=True)
         sys.exit(130)
+    except OSError as error:
+        # typer's --help writes to stdout itself: a full disk there is one line, as ours is.
+        if not failed_on_stdout(error):
+            _internal_error(error)
+        failure = stdout_failure(error)
+        if failure is not None:
+            _say(failure)
+            sys.exit(failure.exit_code)
     except Exception as error:
-        # A bug of ours, not bad input: still one line, with the way to see more.
-        if _state["traceback"]:
-            raise
-        # Its first line, cut: torch's messages can run to pages (a list of every backend).
-        message = first_line(error)
-        message = message if len(message) <= 300 else message[:300] + "..."
-        echo(
-            f"internal error: {type(error).__name__}: {message} "
-            "(rerun with --traceback and please report it)",
-            err=True, one_line=True,
-        )
-        sys.exit(1)
+        _internal_error(error)
+
+
+def _internal_error(error: Exception) -> NoReturn:
+    """A bug of ours, not bad input: still one line, with the way to see more."""
+    if _state["traceback"]:
+        raise error
+    # Its first line, cut: torch's messages can run to pages (a list of every backend).
+    message = first_line(error)
+    message = message if len(message) <= 300 else message[:300] + "..."
+    echo(
+        f"internal error: {type(error).__name__}: {message} "
+        "(rerun with --traceback and please report it)",
+        err=True, one_line=True,
+    )
+    sys.exit(1)

@@ -7,6 +7,7 @@ Part of the CLI edge (`cli.py` decides what to say; this module only says it).
 
 from __future__ import annotations
 
+import io
 import os
 import sys
 import warnings
@@ -41,12 +42,42 @@ def _emit(text: str, nl: bool = True) -> None:
     again, noisily, at exit."""
     try:
         typer.echo(text, nl=nl)
-    except BrokenPipeError:
-        _drop_stdout()
     except OSError as error:
-        _drop_stdout()
-        raise OutputError(f"cannot write the output (stdout): {error.strerror or error}") \
-            from error
+        failure = stdout_failure(error)
+        if failure is not None:
+            raise failure from error
+
+
+def stdout_failure(error: OSError) -> OutputError | None:
+    """What a failed write to stdout is: None when the reader went away (the output ends
+    quietly), else one line to say. stdout goes to /dev/null either way."""
+    _drop_stdout()
+    if isinstance(error, BrokenPipeError):
+        return None
+    return OutputError(f"cannot write the output (stdout): {error.strerror or error}")
+
+
+def failed_on_stdout(error: OSError) -> bool:
+    """Whether `error` came from a write to stdout that did not pass through `_emit`: typer's
+    own `--help` writes to sys.stdout itself. Told by the innermost frame (click's echo)
+    holding the stream it wrote to, for want of anything in the OSError that names it."""
+    traceback = error.__traceback__
+    if traceback is None:
+        return False
+    while traceback.tb_next is not None:
+        traceback = traceback.tb_next
+    return any(_is_stdout(value) for value in traceback.tb_frame.f_locals.values())
+
+
+def _is_stdout(value: object) -> bool:
+    if value is sys.stdout:
+        return True
+    if not isinstance(value, io.IOBase):
+        return False
+    try:  # a wrapper click made around stdout's buffer
+        return value.fileno() == sys.stdout.fileno()
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def _drop_stdout() -> None:
@@ -105,4 +136,4 @@ def show_warning(message: Warning | str, category: type[Warning], filename: str,
         echo(f"... {len(lines) - WARNING_LINES:,} more line(s) of that warning not shown", err=True)
 
 
-__all__ = ["echo", "show", "show_warning", "write"]
+__all__ = ["echo", "failed_on_stdout", "show", "show_warning", "stdout_failure", "write"]

@@ -28,7 +28,7 @@ from gradexplain.errors import BadInput, UsageError
 MAX_INPUTS_BYTES = 256 * 2**20
 
 # How a non-regular file is named to the user, by the `stat.S_IS*` test that finds it.
-_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a named pipe (FIFO)"),
+_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a pipe (FIFO)"),
           (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"), (stat.S_ISSOCK, "a socket"))
 
 
@@ -119,25 +119,31 @@ def _unreadable(error: OSError, path: Path, name: str) -> UnreadableFile:
     return UnreadableFile(name, "unreadable", f"cannot be read: {error.strerror or error}")
 
 
-def check_output(path: Path, flag: str, inputs: Iterable[Path | None] = ()) -> None:
+def check_output(path: Path, flag: str, inputs: Iterable[Path | None] = (),
+                 instead: str = "give a file name to write") -> None:
     """Before a run: `path` can be written by `write_atomic` (its folder exists and is
     writable, it is no folder, device or pipe) and is none of the run's `inputs` (symlinks
-    and hard links count: never write over what was read). UsageError naming `flag` if not."""
+    and hard links count: never write over what was read). UsageError naming `flag` if not;
+    `instead` says what to do about a path that is no regular file (`/dev/stdout`)."""
     where = f"{flag} {path}: cannot write it"
+    # The path itself is stat'ed, not its realpath: /dev/stdout's realpath on a pipe is
+    # /proc/PID/fd/pipe:[N], which does not exist, and the write would fail after the run.
+    try:
+        mode: int | None = os.stat(path).st_mode
+    except OSError:
+        mode = None
+    if mode is not None and not stat.S_ISREG(mode):
+        raise UsageError(f"{where}: is {_kind_of(mode)}, not a regular file: {instead}")
     target = Path(os.path.realpath(path))
-    if target.exists():
-        mode = target.stat().st_mode
-        if not stat.S_ISREG(mode):
-            raise UsageError(f"{where}: is {_kind_of(mode)}, not a regular file: give a file "
-                             "name to write")
     folder = target.parent
+    # The folder as the user wrote it, unless a symlink leads elsewhere: then the real one.
+    shown = path.parent if Path(os.path.realpath(path.parent)) == folder else folder
     if not folder.is_dir():
-        raise UsageError(f"{where}: the folder {path.parent} does not exist (make it first)")
+        raise UsageError(f"{where}: the folder {shown} does not exist (make it first)")
     if not os.access(folder, os.W_OK | os.X_OK):
-        raise UsageError(f"{where}: the folder {path.parent} is not writable "
-                         "(permission denied)")
+        raise UsageError(f"{where}: the folder {shown} is not writable (permission denied)")
     for given in inputs:
-        if given is not None and target.exists() and _same_file(target, given):
+        if given is not None and mode is not None and _same_file(target, given):
             raise UsageError(f"{where}: is {given}, an input of this run; write the output "
                              "to another file")
 
@@ -173,7 +179,8 @@ def write_atomic(path: Path, text: str) -> None:
     target = Path(os.path.realpath(path))
     with _signals_held():
         descriptor, temporary = tempfile.mkstemp(dir=target.parent,
-                                                 prefix=f".{target.name}.", suffix=".tmp")
+                                                 prefix=f".{_temporary_stem(target)}.",
+                                                 suffix=".tmp")
         try:
             with os.fdopen(descriptor, "wb") as handle:
                 handle.write(data)
@@ -185,6 +192,18 @@ def write_atomic(path: Path, text: str) -> None:
             with contextlib.suppress(OSError):
                 os.unlink(temporary)
             raise
+
+
+# The most of the target's name a temporary file's name repeats, in bytes: a name may be 255
+# bytes long (NAME_MAX), and the temporary one adds 14 to it (`.`, `.XXXXXXXX.tmp`).
+_TEMPORARY_STEM = 64
+
+
+def _temporary_stem(target: Path) -> str:
+    """The start of the target's name, for its temporary file: a reader of the folder sees
+    whose it is, and its name fits wherever the target's does. Cut as bytes and decoded
+    back the way the file system will encode it, so a character cut in two stays its bytes."""
+    return os.fsdecode(os.fsencode(target.name)[:_TEMPORARY_STEM])
 
 
 @contextlib.contextmanager

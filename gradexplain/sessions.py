@@ -123,26 +123,28 @@ def check_inputs_file(path: Path | None) -> None:
 
 
 def check_run_output(output: Path | None, flag: str, spec: str | None, load: Path | None,
-                     options: RunOptions) -> None:
+                     options: RunOptions, instead: str = "give a file name to write") -> None:
     """Before the run: its output file (`-o`, `--save`; None: stdout) can be written and is
-    none of the run's inputs (`run_inputs`)."""
+    none of the run's inputs (`run_inputs`); `instead`: what to do about a pipe or device."""
     if output is not None:
         from gradexplain.files import check_output
 
-        check_output(output, flag, run_inputs(spec, load, options))
+        check_output(output, flag, run_inputs(spec, load, options), instead)
 
 
 def run_inputs(spec: str | None, load: Path | None, options: RunOptions) -> tuple[Path, ...]:
     """The files a run reads, which its outputs must never overwrite: the spec (or the .py
-    file of a Python model), the saved session, the --inputs file."""
-    from gradexplain.target import TARGET
+    file of a Python model, or the files of its module `pkg.mod`), the saved session, the
+    --inputs file."""
+    from gradexplain.target import TARGET, is_python_target, module_files
 
     files = [path for path in (load, options.inputs_file) if path is not None]
     if spec is not None:
         files.append(Path(spec))
         match = TARGET.match(spec)
-        if match is not None and match.group("where").endswith(".py"):
-            files.append(Path(match.group("where")))
+        if match is not None and is_python_target(spec):
+            where = match.group("where")
+            files.extend((Path(where),) if where.endswith(".py") else module_files(where))
     return tuple(files)
 
 

@@ -130,6 +130,20 @@ def test_a_write_replaces_the_file_keeping_its_permissions(tmp_path: Path) -> No
     assert names_in(tmp_path) == ["report.md"]
 
 
+@pytest.mark.parametrize("name", [b"a" * 252 + b".md",
+                                  # 'é' is two bytes: the temporary name's cut splits one
+                                  b"a" + "é".encode() * 125 + b".md",
+                                  b"\xff" * 252 + b".md"])
+def test_a_name_as_long_as_the_file_system_allows_is_written(name: bytes,
+                                                              tmp_path: Path) -> None:
+    assert len(name) <= 255
+    target = tmp_path / os.fsdecode(name)
+    check_output(target, "-o")
+    write_atomic(target, "new\n")  # its temporary file's name must fit too
+    assert target.read_text(encoding="utf-8") == "new\n"
+    assert names_in(tmp_path) == [target.name]
+
+
 def test_a_new_file_gets_the_permissions_a_plain_open_gives(tmp_path: Path) -> None:
     plain = tmp_path / "plain"
     plain.write_text("x", encoding="utf-8")
@@ -170,3 +184,29 @@ def test_an_output_that_cannot_be_written_is_named(target: str, says: str,
     (tmp_path / "zero").symlink_to("/dev/zero")
     with pytest.raises(UsageError, match=says):
         check_output(tmp_path / target, "--save")
+
+
+def test_a_pipe_is_refused_under_a_name_that_resolves_nowhere(tmp_path: Path) -> None:
+    # /dev/stdout on a pipe: its realpath is /proc/PID/fd/pipe:[N], which does not exist.
+    read_end, write_end = os.pipe()
+    try:
+        path = Path(f"/dev/fd/{write_end}")
+        assert not Path(os.path.realpath(path)).exists()
+        with pytest.raises(UsageError, match="pipe") as refused:
+            check_output(path, "-o", instead="leave out -o")
+        assert str(refused.value).endswith("leave out -o")
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+
+
+def test_a_dangling_symlink_names_the_folder_it_points_into(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "link.md").symlink_to(tmp_path / "gone" / "deeper" / "x.md")
+    with pytest.raises(UsageError) as refused:
+        check_output(tmp_path / "link.md", "-o")
+    assert f"the folder {tmp_path / 'gone' / 'deeper'} does not exist" in str(refused.value)
+    # A plain missing folder keeps the spelling the user gave.
+    with pytest.raises(UsageError, match="the folder nowhere does not exist"):
+        check_output(Path("nowhere/x.md"), "-o")

@@ -123,6 +123,9 @@ class Built:
         return result
 
 
+_SHAPES_SHOWN = 4  # the most input shapes a failed forward's line names
+
+
 def _forward_failed(target: str, model: nn.Module, inputs: tuple[torch.Tensor, ...],
                     error: BaseException) -> str:
     """One line for a Python model's failed forward: what its code did, on which inputs and
@@ -136,7 +139,11 @@ def _forward_failed(target: str, model: nn.Module, inputs: tuple[torch.Tensor, .
         return (f"{target}: the forward of {path} returned {kind}; gradexplain puts a legacy "
                 "backward hook on every module, and torch needs a tensor (or a tuple/dict of "
                 "tensors) in a module's result for it")
-    shapes = ", ".join(str(tuple(tensor.shape)) for tensor in inputs)
+    # A forward given 20,000 inputs (`--inputs FILE.pt`) fails on their count: a few shapes
+    # say which inputs it got, the count says the rest.
+    shapes = ", ".join(str(tuple(tensor.shape)) for tensor in inputs[:_SHAPES_SHOWN])
+    if len(inputs) > _SHAPES_SHOWN:
+        shapes += f" and {len(inputs) - _SHAPES_SHOWN:,} more ({len(inputs):,} inputs)"
     verb, _, message = described(error).partition(": ")
     return with_place(f"{target}: its forward {verb} on inputs of shape {shapes}"
                       f"{': ' + message if message else ''}", error)

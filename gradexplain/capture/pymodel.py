@@ -18,6 +18,7 @@ import importlib.util
 import inspect
 import io
 import sys
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,7 +48,7 @@ from gradexplain.language.model import (
     TensorInit,
 )
 from gradexplain.output_path import WHOLE, OutputPath, python_form
-from gradexplain.target import TARGET, is_python_target
+from gradexplain.target import TARGET, is_python_target, working_directory_importable
 
 # Bounds on what --input may ask for: a typo like 4000x3000x3 should be an error, not a hang.
 MAX_INPUT_ELEMENTS = 10_000_000
@@ -105,10 +106,16 @@ def parse_input(text: str) -> InputShape:
     elements = 1
     for size in shape:
         elements *= size
-    if elements > MAX_INPUT_ELEMENTS:
-        raise ModelLoadError(f"--input {text!r}: {elements:,} elements, more than the "
-                             f"{MAX_INPUT_ELEMENTS:,} gradexplain accepts")
+    check_elements(f"--input {text!r}", elements)
     return InputShape(shape, dtype, requires_grad)  # type: ignore[arg-type]
+
+
+def check_elements(what: str, elements: int, holder: str = "") -> None:
+    """An input's elements within MAX_INPUT_ELEMENTS: the error names `what` (the option),
+    and `holder` (`the tensor has `) says whose elements they are, when not the option's."""
+    if elements > MAX_INPUT_ELEMENTS:
+        raise ModelLoadError(f"{what}: {holder}{elements:,} elements, more than the "
+                             f"{MAX_INPUT_ELEMENTS:,} gradexplain accepts")
 
 
 def load_target(target: str) -> nn.Module:
@@ -193,13 +200,9 @@ def _import_file(where: str) -> Any:
 
 
 def _import_module(where: str) -> Any:
-    # A console script does not have the working directory on sys.path; `pkg.mod` in the
-    # directory the user stands in is what they mean.
-    added = "" not in sys.path and str(Path.cwd()) not in sys.path
-    if added:
-        sys.path.insert(0, str(Path.cwd()))
     try:
-        return importlib.import_module(where)
+        with working_directory_importable():
+            return importlib.import_module(where)
     except ModuleNotFoundError as error:
         raise ModelLoadError(f"{where}: cannot import it ({message_of(error)})") from error
     except BaseException as error:  # sys.exit() at import too
@@ -207,13 +210,13 @@ def _import_module(where: str) -> Any:
             raise
         raise ModelLoadError(with_place(f"{where}: importing it {described(error)}",
                                         error)) from error
-    finally:
-        if added:
-            sys.path.remove(str(Path.cwd()))
 
 
 def load_inputs(path: Path) -> tuple[torch.Tensor, ...]:
-    """The tensors in a `torch.save`d file: one tensor, or a list or tuple of them."""
+    """The tensors in a `torch.save`d file: one tensor, or a list or tuple of them, each a
+    plain dense CPU tensor, within MAX_INPUT_ELEMENTS each and in all. The bound is on their
+    shapes, checked before anything copies them: a 1 KB file can hold an expanded view of
+    10**9 elements that takes no memory until it is copied."""
     from gradexplain.files import MAX_INPUTS_BYTES, UnreadableFile, read_regular
 
     try:
@@ -222,7 +225,12 @@ def load_inputs(path: Path) -> tuple[torch.Tensor, ...]:
         reason = "no such file" if problem.kind == "missing" else problem.reason
         raise ModelLoadError(f"--inputs {path}: {reason}") from None
     try:
-        loaded = torch.load(io.BytesIO(data), weights_only=True)
+        # torch warns while it loads some files (quantized tensors, typed storages): about
+        # torch's own deprecations, nothing the user can act on; what is wrong with the file
+        # is said below, in one line.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            loaded = torch.load(io.BytesIO(data), weights_only=True)
     except Exception as error:
         raise ModelLoadError(f"--inputs {path}: not a tensor file torch can load safely "
                              f"({first_line(error)})") from error
@@ -231,7 +239,30 @@ def load_inputs(path: Path) -> tuple[torch.Tensor, ...]:
             isinstance(item, torch.Tensor) for item in items):
         raise ModelLoadError(f"--inputs {path}: expected a tensor or a list of tensors, found "
                              f"{type(loaded).__name__}")
+    for index, tensor in enumerate(items):
+        which = "the tensor" if len(items) == 1 else f"tensor {index} of {len(items):,}"
+        kind = _unusual_kind(tensor)
+        if kind is not None:
+            raise ModelLoadError(f"--inputs {path}: {which} is {kind}; save plain dense CPU "
+                                 "tensors")
+        check_elements(f"--inputs {path}", tensor.numel(), f"{which} has ")
+    check_elements(f"--inputs {path}", sum(tensor.numel() for tensor in items),
+                   f"its {len(items):,} tensors together have ")
     return tuple(items)
+
+
+def _unusual_kind(tensor: torch.Tensor) -> str | None:
+    """What a loaded tensor is, when it is not a plain dense CPU tensor (which the hooks,
+    copies and checks all take); None when it is one."""
+    if tensor.is_nested:
+        return "a nested tensor"
+    if tensor.is_quantized:
+        return "a quantized tensor"
+    if tensor.layout != torch.strided:
+        return f"a {str(tensor.layout).removeprefix('torch.')} tensor"
+    if tensor.device.type != "cpu":
+        return f"on the {tensor.device.type} device"
+    return None
 
 
 def _forward_params(model: nn.Module) -> list[inspect.Parameter] | None:
@@ -405,5 +436,6 @@ def check_arity(model: nn.Module, count: int, target: str) -> None:
                              f"({', '.join(names)}), {count} given; add --input SHAPE for each")
 
 
-__all__ = ["InputShape", "ModelLoadError", "PythonSource", "check_arity", "is_python_target",
-           "load_inputs", "load_model", "parse_input", "python_source", "random_inputs"]
+__all__ = ["InputShape", "ModelLoadError", "PythonSource", "check_arity", "check_elements",
+           "is_python_target", "load_inputs", "load_model", "parse_input", "python_source",
+           "random_inputs"]

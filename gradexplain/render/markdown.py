@@ -8,9 +8,11 @@ write markdown syntax by hand where a helper exists. No torch here.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Sequence
 from typing import Literal
+from urllib.parse import quote
 
 Align = Literal["left", "right", "center"]
 
@@ -58,6 +60,13 @@ def _escape_line_start(match: re.Match[str]) -> str:
         # `1.` opens an ordered list; escaping the punctuation after the number prevents it.
         return indent + marker + "\\"
     return indent + "\\" + marker
+
+
+def file_link(text: str, file: str) -> str:
+    """A link showing `text` to the file named `file` beside the page. The name's bytes are
+    percent-encoded, so a space, `)`, `<` or `|` neither ends the link nor becomes HTML, and a
+    name that is not UTF-8 (its bytes kept as surrogates) still points at the file."""
+    return f"[{escape(text)}]({quote(os.fsencode(file), safe='')})"
 
 
 def code(text: str) -> str:
@@ -140,5 +149,5 @@ def blocks(*parts: str) -> str:
     return "\n\n".join(part.strip("\n") for part in parts if part.strip()) + "\n"
 
 
-__all__ = ["Align", "blocks", "bold", "bullets", "code", "escape", "heading", "italic", "math",
-           "table"]
+__all__ = ["Align", "blocks", "bold", "bullets", "code", "escape", "file_link", "heading",
+           "italic", "math", "table"]

@@ -20,7 +20,16 @@ from gradexplain.records.pinned import ANSWER_TITLE, PinnedView
 from gradexplain.records.session import Session
 from gradexplain.records.walk import Walk
 from gradexplain.render.lessons import lessons_sections
-from gradexplain.render.markdown import blocks, bold, bullets, code, escape, heading, table
+from gradexplain.render.markdown import (
+    blocks,
+    bold,
+    bullets,
+    code,
+    escape,
+    file_link,
+    heading,
+    table,
+)
 from gradexplain.render.markdown_diff import diff_markdown, prose
 from gradexplain.render.markdown_pinned import (
     answer_markdown,
@@ -178,7 +187,7 @@ def index_markdown(entries: Sequence[ReportEntry]) -> str:
         failures = entry.walk.failures()
         total = len(entry.walk.checks())
         state = f"all {total} verified" if not failures else f"{len(failures)} of {total} FAILED"
-        rows.append([f"[{escape(entry.walk.name)}]({entry.file})", code(entry.walk.spec),
+        rows.append([file_link(entry.walk.name, entry.file), code(entry.walk.spec),
                      escape(entry.walk.about or ""), state])
     return blocks(heading(1, "gradexplain reports"),
                   escape(f"{len(entries)} spec(s), one report each."),

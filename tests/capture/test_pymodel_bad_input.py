@@ -8,6 +8,7 @@ side by side with the rest of the file.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +17,9 @@ import pytest
 import torch
 
 from gradexplain.api import explain
+from gradexplain.capture.pymodel import MAX_INPUT_ELEMENTS
 from tests.helpers import pymodels
+from tests.helpers.cli import run_cli
 from tests.helpers.messages import raised_by
 from tests.helpers.pycli import (
     CLI,
@@ -45,6 +48,9 @@ class Bad:
 # (3 input features) run on 5 features.
 NO_ARGUMENT_SAYS = raised_by(lambda: pymodels.make_sized())  # type: ignore[call-arg]
 MLP_ON_5_FEATURES_SAYS = raised_by(lambda: torch_model(pymodels.make_mlp)(torch.randn(4, 5)))
+
+# Elements in each of two (n, 3) tensors: within the bound alone, past it together.
+HALF = 3 * (MAX_INPUT_ELEMENTS // 6 + 1)
 
 BAD = [
     Bad("bare_file", ("walk", PYMODELS), ("is Python: name the model in it",
@@ -93,6 +99,24 @@ BAD = [
         ("expected a tensor or a list of tensors, found dict",)),
     Bad("inputs_missing", ("walk", f"{PYMODELS}:make_mlp", "--inputs", "{tmp}/none.pt"),
         ("none.pt: no such file",)),
+    Bad("inputs_nested", ("walk", f"{PYMODELS}:make_mlp", "--inputs", "{tmp}/nested.pt"),
+        ("nested.pt: the tensor is a nested tensor",)),
+    Bad("inputs_quantized", ("walk", f"{PYMODELS}:make_mlp", "--inputs", "{tmp}/quant.pt"),
+        ("the tensor is a quantized tensor",)),
+    Bad("inputs_sparse", ("walk", f"{PYMODELS}:make_mlp", "--inputs", "{tmp}/sparse.pt"),
+        ("tensor 1 of 2 is a sparse_coo tensor",)),
+    Bad("inputs_meta", ("walk", f"{PYMODELS}:make_mlp", "--inputs", "{tmp}/meta.pt"),
+        ("the tensor is on the meta device",)),
+    # A 1 kB file: an expanded view holds 3 * 10**9 elements in a storage of 3.
+    Bad("inputs_expanded_past_the_bound", ("walk", f"{PYMODELS}:make_mlp", "--inputs",
+                                           "{tmp}/expand.pt"),
+        (f"the tensor has 3,000,000,000 elements, more than the {MAX_INPUT_ELEMENTS:,}",)),
+    Bad("inputs_past_the_bound_together", ("walk", f"{PYMODELS}:make_mlp", "--inputs",
+                                           "{tmp}/two_halves.pt"),
+        (f"its 2 tensors together have {2 * HALF:,} elements, more than the "
+         f"{MAX_INPUT_ELEMENTS:,}",)),
+    Bad("inputs_many", ("walk", f"{PYMODELS}:make_mlp", "--inputs", "{tmp}/many.pt"),
+        ("on inputs of shape (4, 3), (4, 3), (4, 3), (4, 3) and 19,996 more (20,000 inputs)",)),
     Bad("load_with_input", ("walk", "--load", "{tmp}/x.pt", "--input", "4x3"),
         ("--load renders a saved session as it was captured: leave out --input",)),
     # only the exception's first line: the second ("and a second line") stays out
@@ -110,6 +134,17 @@ def bad_files(tmp_path: Path) -> Path:
         "raise ImportError('needs the flux capacitor\\nand a second line')\n", encoding="utf-8")
     torch.save(torch.zeros(4, 3), tmp_path / "x.pt")
     torch.save({"x": torch.zeros(4, 3)}, tmp_path / "dict.pt")
+    with warnings.catch_warnings():  # torch's on nested and quantized tensors, not ours
+        warnings.simplefilter("ignore")
+        torch.save(torch.nested.nested_tensor([torch.zeros(2, 3), torch.zeros(3, 3)]),
+                   tmp_path / "nested.pt")
+        torch.save(torch.quantize_per_tensor(torch.zeros(4, 3), 0.1, 0, torch.quint8),
+                   tmp_path / "quant.pt")
+    torch.save([torch.zeros(4, 3), torch.zeros(4, 3).to_sparse()], tmp_path / "sparse.pt")
+    torch.save(torch.zeros(4, 3, device="meta"), tmp_path / "meta.pt")
+    torch.save(torch.zeros(1, 3).expand(10**9, 3), tmp_path / "expand.pt")
+    torch.save([torch.zeros(1, 3).expand(HALF // 3, 3)] * 2, tmp_path / "two_halves.pt")
+    torch.save([torch.zeros(4, 3)] * 20_000, tmp_path / "many.pt")
     return tmp_path
 
 
@@ -124,6 +159,16 @@ def test_bad_input_as_a_separate_process(processes: Background) -> None:
     """The same rule through a real process (nothing else on stderr, no traceback)."""
     assert_one_error_line(processes.result("forward_raises"),
                           ["its forward raised RuntimeError on inputs of shape (4, 5)"])
+
+
+def test_warnings_torch_gives_while_loading_inputs_stay_out_of_stderr(tmp_path: Path) -> None:
+    # A subprocess: torch warns once per process, and pytest records warnings in this one.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.save(torch.quantize_per_tensor(torch.zeros(4, 3), 0.1, 0, torch.quint8),
+                   tmp_path / "quant.pt")
+    result = run_cli("walk", f"{PYMODELS}:make_mlp", "--inputs", str(tmp_path / "quant.pt"))
+    assert_one_error_line(result, ["quantized"])
 
 
 def test_explain_rejects_bad_arguments() -> None:

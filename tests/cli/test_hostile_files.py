@@ -178,6 +178,27 @@ def test_the_saved_session_and_inputs_file_are_never_written_over(tmp_path: Path
     assert inputs.read_bytes() == b"not looked at"
 
 
+@pytest.mark.parametrize(("target", "output"), [
+    ("model:make", "model.py"), ("pkg.mod:make", "pkg/mod.py"),
+    ("pkg.mod:make", "pkg/__init__.py"), ("pkg.mod:make", "pkg/../pkg/mod.py")])
+@pytest.mark.parametrize(("command", "flag"), [("report", "-o"), ("walk", "--save")])
+def test_the_module_of_a_dotted_target_is_never_written_over(
+        target: str, output: str, command: str, flag: str, tmp_path: Path) -> None:
+    # `module:NAME` and `pkg.mod:NAME` name no file, yet the run reads one (or several).
+    (tmp_path / "model.py").write_text(EVIL, encoding="utf-8")
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text(EVIL.replace("MARKER", "MARKER_PKG"),
+                                                  encoding="utf-8")
+    (tmp_path / "pkg" / "mod.py").write_text(EVIL, encoding="utf-8")
+    before = {path: path.read_bytes() for path in tmp_path.rglob("*.py")}
+    line = error_line(run(command, target, "--input", "1x2", flag, output, cwd=tmp_path),
+                      output)
+    assert "an input of this run" in line
+    assert {path: path.read_bytes() for path in tmp_path.rglob("*.py")} == before
+    # Refused before any of the user's code ran: the package was not imported to find it.
+    assert not list(tmp_path.rglob("MARKER*"))
+
+
 @pytest.mark.parametrize(("flag", "target", "says"), [
     ("-o", "nowhere/report.md", "does not exist"),
     ("-o", "folder", "folder"),
@@ -192,6 +213,28 @@ def test_an_output_that_cannot_be_written_is_refused_before_the_run(
     # Before the run: torch is never imported.
     spec = str(tmp_path / "good.yaml")
     assert not torch_imported_by(command, spec, flag, str(tmp_path / target))
+
+
+@pytest.mark.parametrize(("command", "flag", "stream", "says"), [
+    ("report", "-o", "/dev/stdout", "leave out -o to print the report to stdout"),
+    ("walk", "--save", "/dev/stderr", "give a file name to write"),
+])
+def test_a_standard_stream_on_a_pipe_is_refused_before_the_run(
+        command: str, flag: str, stream: str, says: str, tmp_path: Path) -> None:
+    # stdout and stderr are pipes here; realpath takes /dev/stdout to /proc/PID/fd/pipe:[N],
+    # a name that does not exist, which once let it through to fail after the run.
+    good_spec(tmp_path)
+    line = error_line(run(command, "good.yaml", flag, stream, cwd=tmp_path), stream, "pipe")
+    assert line.endswith(says)
+    assert not torch_imported_by(command, str(tmp_path / "good.yaml"), flag, stream)
+
+
+def test_a_report_named_as_long_as_the_file_system_allows_is_written(tmp_path: Path) -> None:
+    good_spec(tmp_path)
+    name = "a" * 252 + ".md"
+    result = run("report", "good.yaml", "-o", name, cwd=tmp_path)
+    assert result.code == 0, result
+    assert sorted(path.name for path in tmp_path.iterdir()) == sorted([name, "good.yaml"])
 
 
 def test_report_all_never_writes_through_a_link_to_a_spec(tmp_path: Path) -> None:
@@ -233,9 +276,31 @@ def test_report_all_outputs_are_written_whole(tmp_path: Path) -> None:
     out.mkdir()
     (out / "good.md").write_text("old report\n", encoding="utf-8")
     result = run("report", "--all", "specs", "-o", "out", cwd=tmp_path, limit_file_bytes=2048)
-    error_line(result, "good.md")
-    assert sorted(path.name for path in out.iterdir()) == ["good.md"]
+    assert result.code == 2, result
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "good.md" in errors[0], result
+    assert sorted(path.name for path in out.iterdir()) == ["good.md", "index.md"]
     assert (out / "good.md").read_text(encoding="utf-8") == "old report\n"
+    assert "good.md" not in (out / "index.md").read_text(encoding="utf-8")
+
+
+def test_report_all_reports_the_rest_around_a_report_it_cannot_write(tmp_path: Path) -> None:
+    folder = tmp_path / "specs"
+    folder.mkdir()
+    # Reports of about 21 kB, 167 kB and 23 kB: files may grow to 100 kB, so b.md alone fails.
+    shutil.copyfile(SPECS / "no_grad_backward.yaml", folder / "a.yaml")
+    shutil.copyfile(SPECS / "column_backward.yaml", folder / "b.yaml")
+    shutil.copyfile(SPECS / "vector_backward.yaml", folder / "c.yaml")
+    result = run("report", "--all", "specs", "-o", "out", cwd=tmp_path,
+                 limit_file_bytes=100_000)
+    assert result.code == 2, result
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "b.md" in errors[0], result
+    assert "wrote 2 report(s)" in result.stderr
+    out = tmp_path / "out"
+    assert sorted(path.name for path in out.iterdir()) == ["a.md", "c.md", "index.md"]
+    index = (out / "index.md").read_text(encoding="utf-8")
+    assert "(a.md)" in index and "(c.md)" in index and "b.md" not in index
 
 
 # --- report --all collisions --------------------------------------------------------------
@@ -314,4 +379,28 @@ def test_a_reader_that_went_away_ends_the_output_quietly(args: tuple[str, ...],
     assert process.stdout is not None and process.stderr is not None
     process.stdout.close()  # the reader is gone before a byte is written: EPIPE for certain
     assert process.wait(timeout=TIMEOUT) == 0  # the run's own exit code: every check held
+    assert process.stderr.read().decode() == ""
+
+
+@pytest.mark.parametrize("args", [("--help",), ("--version",), ("walk", "--help")])
+def test_typers_own_output_on_a_full_disk_is_one_line(args: tuple[str, ...],
+                                                       tmp_path: Path) -> None:
+    # --help is written by typer itself, not through the CLI's own stdout writer.
+    command = f"'{sys.executable}' -m gradexplain {' '.join(args)} > /dev/full"
+    done = subprocess.run(["sh", "-c", command], capture_output=True, text=True, cwd=tmp_path,
+                          timeout=TIMEOUT, check=False,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    line = error_line(Result(done.returncode, done.stdout, done.stderr), "stdout")
+    assert "cannot write the output" in line
+
+
+@pytest.mark.parametrize("args", [("--help",), ("--version",), ("walk", "--help")])
+def test_typers_own_output_to_a_reader_that_went_away_is_quiet(args: tuple[str, ...],
+                                                               tmp_path: Path) -> None:
+    process = subprocess.Popen([sys.executable, "-m", "gradexplain", *args],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path,
+                               env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert process.stdout is not None and process.stderr is not None
+    process.stdout.close()
+    process.wait(timeout=TIMEOUT)
     assert process.stderr.read().decode() == ""

@@ -3,8 +3,10 @@ math, mermaid), byte-identical run after run, and the same from a saved session.
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
+from urllib.parse import unquote_to_bytes
 
 import pytest
 
@@ -19,7 +21,14 @@ from gradexplain.render.text_diff import diff_text
 from tests.helpers.articles import two_modules_in_torch
 from tests.helpers.capture import captured
 from tests.helpers.cli import SPECS, run_cli, torch_imported_by
-from tests.helpers.mdcheck import assert_markdown_well_formed, fences, math_spans, tables
+from tests.helpers.mdcheck import (
+    assert_markdown_well_formed,
+    fences,
+    math_spans,
+    parse,
+    tables,
+    walk_tokens,
+)
 from tests.helpers.printed import close_enough, printed_numbers
 
 SPEC_FILES = sorted(path.name for path in SPECS.glob("*.yaml"))
@@ -134,6 +143,32 @@ def test_report_all_writes_one_report_per_spec_and_an_index(tmp_path: Path) -> N
     assert_markdown_well_formed(index)
     assert "[two_modules](two_modules.md)" in index
     assert "[vector_backward](vector_backward.md)" in index
+
+
+# Spec names that break a link written as is: a space or `)` ends it, `<...>` is raw HTML,
+# a backtick or `|` cuts a table cell; bytes that are not UTF-8, and control characters.
+ODD_NAMES = [b"a b", b"p)q", b"<img src=x>", b"t`ick", b"x|y", b"bad\xff", b"l\x1b[31m",
+             b"n\nl", b"100%"]
+
+
+def test_report_all_links_each_report_by_its_real_name(tmp_path: Path) -> None:
+    folder = tmp_path / "specs"
+    folder.mkdir()
+    spec = (SPECS / "vector_backward.yaml").read_bytes()
+    for name in ODD_NAMES:
+        (folder / os.fsdecode(name + b".yaml")).write_bytes(spec)
+    out = tmp_path / "reports"
+    result = run_cli("report", "--all", str(folder), "-o", str(out))
+    assert result.code == 0, result
+    index = (out / "index.md").read_text(encoding="utf-8")
+    assert_markdown_well_formed(index)
+    tokens = list(walk_tokens(parse(index)))
+    assert not [token for token in tokens if token.type in ("html_inline", "html_block")]
+    hrefs = [str(token.attrs["href"]) for token in tokens if token.type == "link_open"]
+    assert sorted(unquote_to_bytes(href) for href in hrefs) == sorted(
+        name + b".md" for name in ODD_NAMES)
+    for href in hrefs:
+        assert (out / os.fsdecode(unquote_to_bytes(href))).is_file(), href
 
 
 @pytest.mark.parametrize("args, message", [
