@@ -362,6 +362,7 @@ def python_source(model: nn.Module, inputs: Sequence[torch.Tensor], target: str,
             raise ModelLoadError(f"{target}: an input of dtype {_dtype_name(tensor)} cannot "
                                  "require grad (only floating tensors can)")
     _refuse_script(model, target)
+    model = _initialised(model, inputs)
     names = input_names(model, len(inputs))
     where = Location(target)
     specs = tuple(
@@ -381,6 +382,27 @@ def python_source(model: nn.Module, inputs: Sequence[torch.Tensor], target: str,
     lines = [f"# {command}" if command else f"# {target}", f"# inputs: {shapes}",
              f"# loss = {selected}.{loss}(); loss.backward()", safe_repr(model)]
     return PythonSource(spec, model, tuple(inputs), "\n".join(lines) + "\n")
+
+
+def _initialised(model: nn.Module, inputs: Sequence[torch.Tensor]) -> nn.Module:
+    """The model, or for one with lazy modules (LazyLinear, LazyConv2d) a copy after one
+    hook-free forward on the inputs, with torch's RNG seeded: a lazy module has no weights
+    until its first call, and a hook cannot be put on a parameter that is not there yet. The
+    user's model is never changed (the API promises it), and buffers that had values (a
+    BatchNorm's running statistics) get them back: the walk's first forward is the first."""
+    if not any(isinstance(parameter, nn.parameter.UninitializedParameter)
+               for parameter in model.parameters()):
+        return model
+    ready = copy.deepcopy(model)
+    kept = {name: buffer.clone() for name, buffer in ready.named_buffers()
+            if not isinstance(buffer, nn.parameter.UninitializedBuffer)}
+    with torch.no_grad(), torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        ready(*inputs)
+        for name, buffer in ready.named_buffers():
+            if name in kept:
+                buffer.copy_(kept[name])
+    return ready
 
 
 def _refuse_script(model: nn.Module, target: str) -> None:

@@ -217,6 +217,10 @@ def make_warnings_as_errors():
     return WarningsAsErrors()
 
 
+def make_lazy():
+    return nn.Sequential(nn.LazyLinear(4), nn.ReLU(), nn.BatchNorm1d(4), nn.Linear(4, 2))
+
+
 def make_linear_plain():
     return nn.Linear(3, 3)
 
@@ -426,3 +430,28 @@ def test_a_post_accumulate_hook_returning_a_value_is_torchs_refusal(models: Path
     expected, _ = plain_torch("make_linear_plain")
     weight = next(leaf for leaf in run_["leaves"] if leaf["name"] == "weight")
     torch.testing.assert_close(torch.tensor(weight["after"]["value"]), expected["weight"] * 5)
+
+
+def test_lazy_modules_walk_after_one_seeded_forward(models: Path) -> None:
+    """A LazyLinear has no weight to hook until its first call: the walk makes it on a copy
+    with one hook-free forward (torch's RNG seeded 0, buffers put back), as the oracle here
+    does by hand, then walks with every check verified."""
+    doc = walked(models, "make_lazy")
+    namespace: dict[str, Any] = {}
+    with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        exec(compile(SOURCE, FILE, "exec"), namespace)
+        torch.manual_seed(0)
+        model = namespace["make_lazy"]()
+        torch.manual_seed(0)
+        x = torch.randn(4, 3).requires_grad_()
+        norm = model[2]
+        with torch.no_grad():
+            torch.manual_seed(0)
+            model(x)
+            norm.reset_running_stats()  # the buffers it had: zeros and ones
+        model(x).sum().backward()
+    # nn.Sequential.forward names its argument `input`.
+    expected = {"input": x.grad,
+                **{name: param.grad for name, param in model.named_parameters()}}
+    assert_grads_match(doc, {name: grad for name, grad in expected.items() if grad is not None})
