@@ -166,6 +166,16 @@ def test_deep_nesting_is_refused_before_it_is_parsed(opening: str, tmp_path: Pat
         assert_refused(run_cli("walk", "--load", str(path), seconds=30), path, "nested")
 
 
+@pytest.mark.parametrize("inside", ['a\\"', '\\"', '[\\"{'])
+def test_an_unclosed_string_of_escaped_quotes_is_refused_in_linear_time(
+        inside: str, tmp_path: Path) -> None:
+    # The nesting scan once retried its string pattern from every quote of an unclosed string:
+    # 30 KB took 12 s, so 1 MB ran for most of an hour. The timeout is the guard.
+    text = '{"schema": "' + inside * (1_000_000 // len(inside))
+    path = _write(tmp_path, text)
+    assert_refused(run_cli("walk", "--load", str(path), seconds=30), path, "not JSON")
+
+
 def test_a_whole_character_written_as_two_escapes_still_loads(
         saved: Document, tmp_path: Path) -> None:
     document = copy.deepcopy(saved)
