@@ -2,10 +2,11 @@
 out by `fit.py` at the width they are printed at.
 
 A pass's rows share one `Columns` (each column as wide as its widest cell in the whole pass), so
-the columns do not shift from event to event; the value column takes what the width leaves. A
-value keeps its matrix rows whole (`fit.value_lines`), the mark sits on the value's last line,
-and a mark too long for the line (a failure with its reason) gets a line of its own rather than
-being cut. Rich renderables, no torch.
+the columns do not shift from event to event; the value column takes what the width leaves, and
+a meaning or name too wide for the line gives way to it (broken, a long word cut). A value keeps
+its matrix rows whole (`fit.value_lines`), the mark sits on the value's last line, and a mark too
+long for the line (a failure with its reason) gets a line of its own rather than being cut. Rich
+renderables, no torch.
 """
 
 from __future__ import annotations
