@@ -7,12 +7,14 @@ What it checks is what the renderers and analysis/ rely on, found by mutating re
 sessions (tests/records/test_session_consistency.py): both passes, once each and in order; a
 trace's tensors numbered by their place, its graph's ids unique and every edge, tensor, call
 and event pointing into it; the same module calls in both passes; every event's run and call
-in range, module hooks on modules that were called; pins on a step of the chain rule; runs
-numbered from 1 and the walk's run numbers among them.
+in range, module hooks on modules that were called; every hook argument named as its hook kind
+names them; pins on a step of the chain rule; runs numbered from 1 and the walk's run numbers
+among them.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection, Iterable
 from typing import TYPE_CHECKING
 
@@ -26,6 +28,27 @@ if TYPE_CHECKING:
 KeyPath = tuple[str | int, ...]
 MODES = ("legacy", "full")
 MODULE_HOOKS = ("forward_pre", "forward", "backward", "full_backward_pre", "full_backward")
+# The names each hook kind gives its arguments (capture/trace.py): `prefix[i]` for an item of a
+# tuple, the prefix alone for a lone value (a forward's one output, a tensor hook's grad, what a
+# user's hook received or returned). diff reads a backward hook's names as a kind and a position
+# (analysis/diff.py), so nothing else may load.
+ARGUMENT_NAMES: dict[str, tuple[str, ...]] = {
+    "forward_pre": ("input",),
+    "forward": ("input", "output"),
+    "backward": ("grad_input", "grad_output"),
+    "full_backward": ("grad_input", "grad_output"),
+    "full_backward_pre": ("grad_output",),
+    "tensor": ("grad",),
+    "post_accumulate_grad": ("tensor",),
+    "node_pre": ("grad_outputs",),
+    "node": ("grad_inputs", "grad_outputs"),
+}
+# A position as str() writes it (no leading zeros: `[01]` and `[1]` would be one place), and
+# short enough for int(): a hook's arguments are a tuple, never a billion long.
+# Said without a position in the message, as gradexplain's own hooks name them.
+_LONE = ("output", "grad", "tensor")
+_ARGUMENT_NAME = {hook: re.compile(f"(?:{'|'.join(names)})(?:\\[(?:0|[1-9][0-9]{{0,8}})\\])?")
+                  for hook, names in ARGUMENT_NAMES.items()}
 
 
 def check(session: Session) -> None:
@@ -122,6 +145,7 @@ def _events(trace: PassTrace, path: KeyPath) -> None:
         for key, args in (("args", event.args), ("returned", event.returned or ())):
             for place, arg in enumerate(args):
                 _index(arg.tensor, len(trace.tensors), "tensor", (*where, key, place, "tensor"))
+                _argument_name(event.hook, arg.name, (*where, key, place, "name"))
     seqs = {event.seq for event in trace.events}
     for number, warning in enumerate(trace.warnings):
         if warning.after_seq is not None and warning.after_seq not in seqs:
@@ -134,6 +158,15 @@ def _hook_target(hook: str, target: str, modules: Collection[str], path: KeyPath
     if hook in MODULE_HOOKS and target not in modules:
         raise _fail(f"a {hook} hook on module {_short(target)}, which is not among the pass's "
                     "module calls", path)
+
+
+def _argument_name(hook: str, name: str, path: KeyPath) -> None:
+    pattern = _ARGUMENT_NAME.get(hook)
+    if pattern is not None and pattern.fullmatch(name) is None:
+        shown = " or ".join(prefix if prefix in _LONE else f"{prefix}[i]"
+                            for prefix in ARGUMENT_NAMES[hook])
+        raise _fail(f"a {hook} hook's argument named {_short(name)}; that hook's arguments are "
+                    f"{shown}", path)
 
 
 def _same_calls(legacy: PassTrace, full: PassTrace) -> None:
@@ -178,6 +211,7 @@ def _pass(walk_pass: PassWalk, trace: PassTrace, derivations: dict[int, Derivati
                         (*where, "call"))
         for key, args in (("args", event.args), ("returned", event.returned or ())):
             for place, arg in enumerate(args):
+                _argument_name(event.hook, arg.name, (*where, key, place, "name"))
                 _arg(arg, derivations, len(trace.runs), (*where, key, place))
     for number, refusal in enumerate(walk_pass.refusals):
         if refusal.module not in modules:

@@ -22,7 +22,11 @@ MAX_DIGITS = 30
 
 KeyPath = tuple[str | int, ...]
 
-_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+# A string, or an unclosed one running to the end of the text. The pattern must match wherever a
+# quote stands, on its first try: were an unclosed string a failed match, the search would try
+# again from every quote inside it, a time quadratic in its length ("a\"a\"..., 30 KB took
+# 12 s). Each character can be matched one way only, so the one try is linear too.
+_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*(?:"|\\?\Z)', re.DOTALL)
 _NOT_BRACKET = re.compile(r"[^\[\]{}]+")
 _EMPTY_PAIR = re.compile(r"\[\]|\{\}")
 
@@ -75,9 +79,10 @@ def _refuse_long_numbers(document: Any) -> None:
 
 
 def too_deep(text: str, limit: int) -> bool:
-    """Whether the brackets of `text` nest deeper than `limit`: strings dropped, then the
-    innermost pairs removed `limit` times over (each pass one regular-expression sweep).
-    Unbalanced text is left for the parser to refuse, unless it is deep already."""
+    """Whether the brackets of `text` nest deeper than `limit`: strings dropped (an unclosed one
+    with the rest of the text), then the innermost pairs removed `limit` times over (each pass
+    one regular-expression sweep). Unbalanced text is left for the parser to refuse, unless it
+    is deep already."""
     brackets = _NOT_BRACKET.sub("", _STRING.sub("", text))
     for _ in range(limit):
         if not brackets:

@@ -13,6 +13,8 @@ argument rows use them, and any view that prints values beside labels can. What 
 - `word_lines(text, width, hang)`: a sentence broken between words, never inside a bracketed
   group (`[4, 2]`, `(10, 3, 2)`) nor leaving a check mark alone; a word wider than `width` is
   cut; continuation lines indented by `hang`.
+- `name_lines(name, width)`: a dotted name (`encoder.0.weight.grad =`) broken after a dot or at
+  a space; a part wider than `width` is cut.
 - `pack(pieces, width)`: pieces (names, list items) joined by spaces, broken only between them.
 - `shortened(values, room)`: a value on one line of `room` characters, whole items or rows
   left out as `…` (the diff's cells).
@@ -32,6 +34,8 @@ from gradexplain.records.trace import Nested, TensorValue
 GAP = 2  # spaces between two columns
 MARKS = ("✓", "✗")
 NUMERIC_TUPLE = re.compile(r"\(-?\d+(?:\.\d+)?,")
+# A dotted name's parts: each with the dot that ends it, a last part, a run of spaces.
+_NAME_PARTS = re.compile(r"\s+|[^\s.]*\.|[^\s.]+")
 
 
 def value_lines(value: TensorValue | None, width: int) -> list[str]:
@@ -61,6 +65,29 @@ def word_lines(text: str, width: int, hang: int = 0) -> list[str]:
         pieces += [word] if len(word) <= room else [word[at:at + room]
                                                     for at in range(0, len(word), room)]
     return pack(pieces, width, " " * hang) if pieces else [""]
+
+
+def name_lines(name: str, width: int) -> list[str]:
+    """`name` in lines of at most `width` characters (see the module docstring)."""
+    width = max(width, 1)
+    lines = [""]
+    for part in _NAME_PARTS.findall(name):
+        if part.isspace():
+            part = "" if not lines[-1] else " "  # no line starts with a space
+        while part:
+            room = width - len(lines[-1])
+            if len(part) <= room:
+                lines[-1] += part
+                part = ""
+            elif lines[-1] and (part == " " or len(part) <= width):
+                lines.append("")
+                part = part.strip()
+            else:
+                # Wider than a whole line: cut, the only way to keep the width.
+                lines[-1] += part[:room]
+                part = part[room:]
+                lines.append("")
+    return [line.rstrip() for line in lines if line.strip()] or [""]
 
 
 def words(text: str) -> list[str]:
@@ -153,5 +180,5 @@ def pack(pieces: Sequence[str], width: int, indent: str = "") -> list[str]:
     return lines
 
 
-__all__ = ["GAP", "MARKS", "pack", "row_lines", "shortened", "value_lines", "word_lines",
-           "words"]
+__all__ = ["GAP", "MARKS", "name_lines", "pack", "row_lines", "shortened", "value_lines",
+           "word_lines", "words"]

@@ -2,10 +2,11 @@
 out by `fit.py` at the width they are printed at.
 
 A pass's rows share one `Columns` (each column as wide as its widest cell in the whole pass), so
-the columns do not shift from event to event; the value column takes what the width leaves. A
-value keeps its matrix rows whole (`fit.value_lines`), the mark sits on the value's last line,
-and a mark too long for the line (a failure with its reason) gets a line of its own rather than
-being cut. Rich renderables, no torch.
+the columns do not shift from event to event; the value column takes what the width leaves, and
+a meaning or name too wide for the line gives way to it (broken, a long word cut). A value keeps
+its matrix rows whole (`fit.value_lines`), the mark sits on the value's last line, and a mark too
+long for the line (a failure with its reason) gets a line of its own rather than being cut. Rich
+renderables, no torch.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from rich.text import Text
 
 from gradexplain.records.numbers import fmt_value
 from gradexplain.records.trace import TensorValue
-from gradexplain.render.fit import GAP, row_lines, value_lines, word_lines
+from gradexplain.render.fit import GAP, name_lines, row_lines, value_lines, word_lines
 
 # A mark up to this long gets a column of its own (✓, `not checked`); longer ones (a failure
 # with its reason) would widen every row of the pass, so they follow their value instead.
@@ -27,6 +28,13 @@ MARK_COLUMN = 12
 # the longest word it holds, which would be cut): the value needs the room more.
 MEANING_SHARE = 0.3
 MIN_MEANING = 12
+# The least room a value gets (or its widest one-line form, if narrower) before the meaning,
+# then the name, gives way to it: a 100-character module name in a name or a meaning left the
+# value no column at all. 40 lets a matrix row or a summary through, and is less than any
+# example's value is left at 100 columns, so their layout stays as it was.
+MIN_VALUE = 40
+# A name column is never cut narrower than this (`grad_outputs[0]` and its mark fit).
+MIN_NAME = 16
 
 
 @dataclass(frozen=True)
@@ -63,14 +71,24 @@ class Columns:
                    max((len(fmt_value(row.value)) for row in rows), default=0))
 
     def widths(self, width: int) -> tuple[int, int, int]:
-        """(name, meaning, value) widths at a print width: the value takes what is left."""
-        room = width - self.name - GAP - (GAP + self.mark if self.mark else 0)
-        if not self.meaning:
-            return self.name, 0, room
-        # The meaning gets its share, or all the room the widest value leaves, if more.
-        share = max(int((room - GAP) * MEANING_SHARE), room - GAP - self.value)
-        meaning = min(self.meaning, max(MIN_MEANING, self.word, share))
-        return self.name, meaning, room - GAP - meaning
+        """(name, meaning, value) widths at a print width: the value takes what is left, at
+        least MIN_VALUE of it while the meaning is wider than MIN_MEANING or the name than
+        MIN_NAME (row_texts breaks them to fit), and one column whatever the width."""
+        name = self.name
+        room = width - name - GAP - (GAP + self.mark if self.mark else 0)
+        needed = min(self.value, MIN_VALUE)
+        meaning = 0
+        if self.meaning:
+            # The meaning gets its share, or all the room the widest value leaves, if more;
+            # never narrower than its longest word, unless that would crowd the value out.
+            share = max(int((room - GAP) * MEANING_SHARE), room - GAP - self.value)
+            meaning = min(self.meaning, max(MIN_MEANING, self.word, share),
+                          max(MIN_MEANING, room - GAP - needed))
+        value = room - (GAP + meaning if meaning else 0)
+        if value < needed and name > MIN_NAME:
+            given = min(needed - value, name - MIN_NAME)
+            name, value = name - given, value + given
+        return name, meaning, max(value, 1)
 
 
 @dataclass(frozen=True)
@@ -89,9 +107,11 @@ class Rows:
 def row_texts(row: Row, columns: Columns, width: int) -> list[Text]:
     """One row as lines of at most `width` characters (unless a single piece is wider)."""
     name_width, meaning_width, value_width = columns.widths(width)
+    # A name wider than its column (the column gave way to the value) is broken after its dots.
+    name = [row.name] if len(row.name) <= name_width else name_lines(row.name, name_width)
     meaning = word_lines(row.meaning, meaning_width) if meaning_width else [""]
     value = value_lines(row.value, value_width)
-    plain = row_lines([[row.name], meaning, value], [name_width, meaning_width, value_width])
+    plain = row_lines([name, meaning, value], [name_width, meaning_width, value_width])
     texts = [Text(line) for line in plain]
     if row.meaning_style and meaning_width:
         start = name_width + GAP

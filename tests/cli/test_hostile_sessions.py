@@ -5,8 +5,8 @@ internal error or a hang.
 Each case starts from a session the real tool saved (two_modules) and breaks one thing the way
 the issue found it broken: Python's own limits (a 5,000-digit integer, deep nesting, half a
 character), records that point at nothing (an empty list of traces, passes, calls or tensors; a
-renamed module; a pin past the end of the chain rule; an index out of range; an id given twice)
-and a huge value echoed in the error.
+renamed module; a pin past the end of the chain rule; an index out of range; an id given twice;
+a hook argument named as no hook of its kind names one) and a huge value echoed in the error.
 """
 
 from __future__ import annotations
@@ -99,6 +99,19 @@ def _label_names_no_module(document: Document) -> None:
             return
 
 
+def _rename_argument(where: str, hook: str, name: str) -> Callable[[Document], None]:
+    """The first argument of the first `hook` event in the walk's passes or the traces."""
+    def change(document: Document) -> None:
+        session = document["session"]
+        lists = session["walk"]["passes"] if where == "walk" else session["traces"]
+        for event in (event for item in lists for event in item["events"]):
+            if event["hook"] == hook and event["args"]:
+                event["args"][0]["name"] = name
+                return
+        raise AssertionError(f"two_modules has no {hook} event with arguments")
+    return change
+
+
 def _duplicate_node_id(document: Document) -> None:
     graph = document["session"]["traces"][0]["graph"]
     graph[1]["id"] = graph[0]["id"]
@@ -116,6 +129,11 @@ CASES: dict[str, tuple[Callable[[Document], None], str]] = {
     "argument_index_out_of_range": (_set(("traces", 0, "calls", 0, "inputs", 0), 57), "57"),
     "duplicate_node_id": (_duplicate_node_id, "twice"),
     "run_number_out_of_range": (_set(("walk", "passes", 0, "events", 0, "run"), 9), "run"),
+    "argument_name_empty": (_rename_argument("walk", "backward", ""), "args[0].name"),
+    "argument_name_of_another_hook": (_rename_argument("trace", "full_backward", "grad"),
+                                      "args[0].name"),
+    "argument_position_not_a_number": (_rename_argument("walk", "full_backward",
+                                                        "grad_output[x]"), "grad_output[x]"),
 }
 
 
@@ -164,6 +182,16 @@ def test_deep_nesting_is_refused_before_it_is_parsed(opening: str, tmp_path: Pat
         nested = opening * depth + "0" + (closing * depth if closed else "")
         path = _write(tmp_path, '{"schema": "gradexplain.session/2", "session": ' + nested + "}")
         assert_refused(run_cli("walk", "--load", str(path), seconds=30), path, "nested")
+
+
+@pytest.mark.parametrize("inside", ['a\\"', '\\"', '[\\"{'])
+def test_an_unclosed_string_of_escaped_quotes_is_refused_in_linear_time(
+        inside: str, tmp_path: Path) -> None:
+    # The nesting scan once retried its string pattern from every quote of an unclosed string:
+    # 30 KB took 12 s, so 1 MB ran for most of an hour. The timeout is the guard.
+    text = '{"schema": "' + inside * (1_000_000 // len(inside))
+    path = _write(tmp_path, text)
+    assert_refused(run_cli("walk", "--load", str(path), seconds=30), path, "not JSON")
 
 
 def test_a_whole_character_written_as_two_escapes_still_loads(

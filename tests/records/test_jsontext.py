@@ -30,7 +30,8 @@ def test_brackets_inside_strings_do_not_count() -> None:
     assert jsontext.parse(text) == json.loads(text)
 
 
-@pytest.mark.parametrize("text", ['{"a": [1, 2', '{"a": [1}]', "[" * 10, '{"a": "[[['])
+@pytest.mark.parametrize("text", ['{"a": [1, 2', '{"a": [1}]', "[" * 10, '{"a": "[[[',
+                                  '{"a": "x\\"' + "[" * (MAX_DEPTH + 5)])
 def test_broken_shallow_text_is_still_not_json(text: str) -> None:
     with pytest.raises(json.JSONDecodeError):
         jsontext.parse(text)

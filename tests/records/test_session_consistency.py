@@ -24,6 +24,7 @@ import pytest
 
 from gradexplain.capture.pipeline import capture_target
 from gradexplain.cli import main
+from gradexplain.errors import SessionError
 from gradexplain.records.session import decode_session, session_json
 from tests.helpers.capture import capture_text, captured
 from tests.helpers.cli import REPO
@@ -111,3 +112,69 @@ def test_a_mutated_session_is_refused_or_renders_whole(name: str, tmp_path: Path
             outcomes["rendered"] += 1
     # Both kinds of case were tried: the mutations neither all break the file nor all miss.
     assert outcomes["refused"] and outcomes["rendered"], outcomes
+
+
+def _first_argument_of_each_hook(document: Any) -> dict[tuple[str, str], list[str | int]]:
+    """(where, hook kind) -> the key path of the first argument of such an event, in the walk's
+    passes and in the traces."""
+    found: dict[tuple[str, str], list[str | int]] = {}
+    session = document["session"]
+    for where, key in (("walk", ("walk", "passes")), ("trace", ("traces",))):
+        lists = session[key[0]][key[1]] if len(key) == 2 else session[key[0]]
+        for number, events in enumerate(item["events"] for item in lists):
+            for place, event in enumerate(events):
+                if event["args"]:
+                    found.setdefault((where, event["hook"]),
+                                     [*key, number, "events", place, "args", 0, "name"])
+    return found
+
+
+BAD_NAMES = ("", "x", "grad_input[x]", "grad_input[01]", "grad_input[-1]", "grad_input[0",
+             "grad_input[" + "9" * 5000 + "]", "output[0] ", "a" * 150)
+
+
+@pytest.mark.parametrize("name", ["two_modules", "residual", "two_inputs"])
+def test_an_argument_named_as_no_hook_of_its_kind_names_it_is_refused_at_its_key_path(
+        name: str) -> None:
+    document: Any = json.loads(saved(name))
+    places = _first_argument_of_each_hook(document)
+    if name == "two_modules":  # module, node and tensor hooks, legacy and full
+        assert {hook for _, hook in places} >= {"forward", "backward", "full_backward", "node",
+                                                "tensor"}
+    for number, ((_, hook), path) in enumerate(sorted(places.items())):
+        # Two of the bad names per place, in turn (a decode takes a while), and another hook
+        # kind's own name, no better than junk.
+        other = "grad" if hook != "tensor" else "grad_input[0]"
+        for bad in (BAD_NAMES[number % len(BAD_NAMES)],
+                    BAD_NAMES[(number + 1) % len(BAD_NAMES)], other):
+            mutated = json.loads(saved(name))
+            arg = mutated["session"]
+            for key in path[:-1]:
+                arg = arg[key]
+            arg["name"] = bad
+            with pytest.raises(SessionError) as refused:
+                decode_session(json.dumps(mutated), "run.json")
+            where = "".join(f"[{key}]" if isinstance(key, int) else f".{key}" for key in path)
+            assert f"at session{where}:" in str(refused.value), (hook, bad, str(refused.value))
+            assert len(str(refused.value)) < 400
+
+
+@pytest.mark.parametrize("renamed", ["grad_input[5]", "grad_output", "grad_input"])
+def test_a_backward_hook_argument_renamed_within_its_kind_renders_whole(
+        renamed: str, tmp_path: Path) -> None:
+    # Every argument of one backward event under the same name: a user's hook records a lone
+    # value by its prefix alone, and diff pairs arguments by name and position.
+    document: Any = json.loads(saved("two_modules"))
+    path = tmp_path / "run.json"
+    for where, hook in (("walk", "backward"), ("walk", "full_backward")):
+        mutated = json.loads(saved("two_modules"))
+        event_path = _first_argument_of_each_hook(document)[(where, hook)][:-3]
+        event = mutated["session"]
+        for key in event_path:
+            event = event[key]
+        for arg in event["args"]:
+            arg["name"] = renamed
+        path.write_text(json.dumps(mutated), encoding="utf-8")
+        for command in COMMANDS:
+            code, _, stderr = run(command[0], "--load", str(path), *command[1:])
+            assert code in (0, 1) and not stderr.strip(), (hook, command, stderr[:800])

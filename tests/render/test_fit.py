@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gradexplain.records.trace import TensorValue
-from gradexplain.render.fit import row_lines, value_lines, word_lines
+from gradexplain.render.fit import name_lines, row_lines, value_lines, word_lines
 
 NUMBER = re.compile(r"-?(?:\d+\.?\d*(?:e[-+]?\d+)?|nan|inf)")
 SUMMARY = re.compile(r"(min|max|mean) (\S+)")
@@ -124,3 +124,14 @@ def test_word_lines_break_between_words_only() -> None:
 def test_row_lines_pad_each_column_and_skip_empty_ones() -> None:
     lines = row_lines([["name"], ["a", "bb"], [], ["[1, 2],", " [3, 4]]"]], [6, 3, 0, 8])
     assert lines == ["name    a    [1, 2],", "        bb    [3, 4]]"]
+
+
+def test_name_lines_break_after_dots_and_cut_only_what_is_wider_than_a_line() -> None:
+    name = "l" * 30 + ".weight.grad ="
+    assert name_lines(name, 40) == ["l" * 30 + ".weight.", "grad ="]
+    assert name_lines("l" * 25 + ".bias", 10) == ["l" * 10, "l" * 10, "lllll.bias"]
+    assert name_lines("x.grad =", 8) == ["x.grad ="]
+    for width in (1, 3, 7, 16):
+        lines = name_lines("encoder.0.weight.grad =", width)
+        assert all(0 < len(line) <= width for line in lines), lines
+        assert "".join(lines).replace(" ", "") == "encoder.0.weight.grad="
