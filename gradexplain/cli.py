@@ -291,13 +291,15 @@ def _capture(source: Source) -> Session:
         with _progress_bar() as progress:
             return source.capture(progress)
     from gradexplain.user_output import ModelOutput, captured_output
+    from gradexplain.user_signals import user_signals
 
     # A Python model's own output would corrupt stdout (JSON, a report) and its stderr writes
     # could drive the terminal: both shown on stderr, escaped, once its code is done. (Inside
-    # the progress bar, which would otherwise take them to its console.)
+    # the progress bar, which would otherwise take them to its console.) A timer it starts
+    # must not end the process either (user_signals).
     printed = ModelOutput()
     try:
-        with _progress_bar() as progress, captured_output() as printed:
+        with _progress_bar() as progress, user_signals(), captured_output() as printed:
             return source.capture(progress)
     finally:
         for line in printed.lines():

@@ -34,6 +34,7 @@ SOURCE = '''
 import atexit
 import copy
 import os
+import signal
 import subprocess
 import sys
 import warnings
@@ -227,6 +228,8 @@ class Outside(Net):
             sys.stderr.write("stderr says \x1b[2J\x1b]0;pwned\x07 hello\\n")
         if how() == "atexit":
             atexit.register(print, "atexit says hello")
+        if how() == "timer":  # SIGALRM, no handler: its default action ends the process
+            signal.setitimer(signal.ITIMER_REAL, 0.05)
         return super().forward(x)
 
 
@@ -361,6 +364,12 @@ def test_nothing_the_model_left_to_run_at_exit_follows_the_json(models: Path) ->
     assert result.code == 0, result.stderr[-2000:]
     json.loads(result.stdout)
     assert "atexit says hello" not in result.stdout
+
+
+def test_a_timer_the_forward_starts_does_not_end_the_walk(models: Path) -> None:
+    result = walk(models, "make_outside", "--format", "json", env={"HOSTILE_HOW": "timer"})
+    assert result.code == 0, (result.code, result.stderr[-2000:])
+    assert_grads_match(json.loads(result.stdout), "make_outside")
 
 
 def test_warnings_are_escaped_and_bounded(models: Path) -> None:
