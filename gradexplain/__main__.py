@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from gradexplain.cli import main
+from gradexplain.cli import entry
 
-main()
+entry()

@@ -7,10 +7,11 @@ import torch, so anything that needs torch is imported inside the command that r
 
 from __future__ import annotations
 
+import os
 import sys
 import warnings
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, NoReturn
 
@@ -299,16 +300,20 @@ def _capture(source: Source) -> Session:
     if source.spec is not None:
         with _progress_bar() as progress:
             return source.capture(progress)
-    from gradexplain.user_output import captured_stdout
+    from gradexplain.user_output import ModelOutput, captured_output
+    from gradexplain.user_signals import user_signals
 
-    # A Python model's own prints would corrupt stdout (JSON, a report): shown on stderr.
-    # (Inside the progress bar, which would otherwise take them to its console.)
-    with _progress_bar() as progress, captured_stdout() as printed:
-        try:
+    # A Python model's own output would corrupt stdout (JSON, a report) and its stderr writes
+    # could drive the terminal: both shown on stderr, escaped, once its code is done. (Inside
+    # the progress bar, which would otherwise take them to its console.) A timer it starts
+    # must not end the process either (user_signals).
+    printed = ModelOutput()
+    try:
+        with _progress_bar() as progress, user_signals(), captured_output() as printed:
             return source.capture(progress)
-        finally:
-            for line in printed.lines():
-                echo(line, err=True)
+    finally:
+        for line in printed.lines():
+            echo(line, err=True)
 
 
 @contextmanager
@@ -324,7 +329,9 @@ def _progress_bar() -> Iterator[Callable[[str], None] | None]:
     from gradexplain.capture.pipeline import STAGES
 
     columns = (TextColumn("{task.description:<16}"), BarColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
+    # The console holds this stderr itself: while the user's code runs, sys.stderr is theirs.
+    console = Console(file=sys.stderr, stderr=True)
+    with Progress(*columns, console=console, transient=True) as bar:
         task = bar.add_task("loading", total=len(STAGES))
 
         def step(stage: str) -> None:
@@ -345,8 +352,53 @@ def _say(error: GradexplainError) -> None:
     echo(f"error: {error.one_line()}", err=True, one_line=True)
 
 
+def entry() -> NoReturn:
+    """Entry point of the `gradexplain` console script and `python -m gradexplain`: `main`,
+    then out at once through os._exit. Nothing runs after our output: a model's
+    `atexit.register(print, ...)` would write past the end of the JSON, and tearing the
+    interpreter down (torch's modules, the session) only costs time. Every file is written
+    whole before `main` returns (`files.write_atomic`); only Python's stream buffers remain,
+    flushed here. In-process callers (the tests) use `main`, which returns or raises
+    SystemExit as usual."""
+    try:
+        main()
+        code = 0
+    except SystemExit as done:
+        code = _exit_code(done.code)
+    os._exit(_flushed(code))
+
+
+def _exit_code(code: object) -> int:
+    """What Python's own exit makes of `sys.exit(code)`: None is 0, any other non-integer is
+    printed on stderr and is 1."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    echo(str(code), err=True)
+    return 1
+
+
+def _flushed(code: int) -> int:
+    """Flush stdout and stderr before os._exit; the exit code, 2 if stdout could not be
+    written (a full disk: what Python's exit says with 120), unchanged if its reader went away
+    (`| head -1`, as `cli_output` does)."""
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        pass
+    except (OSError, ValueError) as error:
+        with suppress(OSError, ValueError):
+            echo(f"error: cannot write the output (stdout): {error}", err=True, one_line=True)
+        code = code or 2
+    with suppress(OSError, ValueError):
+        sys.stderr.flush()
+    return code
+
+
 def main() -> None:
-    """Entry point of the `gradexplain` console script and `python -m gradexplain`."""
+    """The command line, in this process: returns, or raises SystemExit with the exit code
+    (the console script runs it through `entry`)."""
     shown_before = warnings.showwarning
     # Warnings Python shows itself (a model's, at import or in its forward) go out escaped.
     warnings.showwarning = show_warning

@@ -18,7 +18,7 @@ import typer
 
 from gradexplain.errors import OutputError, UsageError
 from gradexplain.safe_text import safe_text
-from gradexplain.user_output import MAX_LINE
+from gradexplain.user_output import MAX_LINE, our_stderr
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -112,7 +112,8 @@ def echo(text: str, *, nl: bool = True, err: bool = False, one_line: bool = Fals
     control character of the user's reaches the terminal (`safe_text`); a `one_line` message
     has its newlines escaped too. stdout goes through `_emit` (a closed pipe, a full disk)."""
     if err:
-        typer.echo(safe_text(text, one_line=one_line), nl=nl, err=True)
+        # gradexplain's stderr, also while the user's code has sys.stderr (a warning then)
+        typer.echo(safe_text(text, one_line=one_line), nl=nl, file=our_stderr())
     else:
         _emit(safe_text(text, one_line=one_line), nl=nl)
 

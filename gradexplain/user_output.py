@@ -4,15 +4,26 @@ stdout is gradexplain's alone: `walk --format json` must parse and `report` with
 be the page. A Python model's code (at import, in its factory, forward or hooks) may print;
 `captured_stdout` collects that for the whole time the user's code can run, bounded in size (a
 forward printing in a loop cannot fill the memory), and `ModelOutput.lines` gives it back as
-`model output: ...` lines for the command line to show on stderr. Torch-free. Text written to
-the file descriptor itself (C code, `os.write(1, ...)`) is not seen here.
+`model output: ...` lines for the command line to show on stderr. Torch-free.
+
+`captured_output` (what the command line uses) takes more: the user's `sys.stderr` writes,
+shown escaped like the prints (a model's `\x1b[2J` must not clear the terminal), and what
+reaches file descriptor 1 itself (`os.write(1, ...)`, `sys.__stdout__`, a subprocess, C code),
+spooled to a temporary file while the user's code runs and shown after what Python printed.
+File descriptor 2 is left as it is: the progress bar and gradexplain's own warnings use it,
+so text written to it directly (not through `sys.stderr`) is not escaped.
 """
 
 from __future__ import annotations
 
+import codecs
 import io
+import os
+import sys
+import tempfile
 from collections.abc import Iterator
-from contextlib import contextmanager, redirect_stdout
+from contextlib import contextmanager, redirect_stderr, redirect_stdout
+from typing import IO, TextIO
 
 PREFIX = "model output: "
 MAX_LINES = 40  # the lines shown; the rest are counted
@@ -48,6 +59,11 @@ class ModelOutput(io.TextIOBase):
                 self.more += 1
         return len(text)
 
+    def new_line(self) -> None:
+        """End an unfinished line: what is written next starts a line of its own."""
+        if self.partial:
+            self.write("\n")
+
     def lines(self) -> list[str]:
         """What was printed, as `model output: ...` lines (non-printable characters escaped,
         long lines cut), and a last line counting what was left out."""
@@ -78,4 +94,75 @@ def captured_stdout() -> Iterator[ModelOutput]:
         yield output
 
 
-__all__ = ["MAX_LINE", "MAX_LINES", "PREFIX", "ModelOutput", "captured_stdout"]
+# gradexplain's own stderr while `captured_output` holds sys.stderr for the user's code: the
+# command line's warnings and messages go there, not among the model's lines.
+_outside: list[TextIO] = []
+
+
+def our_stderr() -> TextIO:
+    """The stderr gradexplain itself writes to, even while the user's code runs."""
+    return _outside[-1] if _outside else sys.stderr
+
+
+@contextmanager
+def captured_output() -> Iterator[ModelOutput]:
+    """Within the block, the user's stdout (Python's and file descriptor 1) and `sys.stderr`
+    go to the ModelOutput yielded; the file descriptor's text is added when the block ends,
+    however it ends."""
+    output = ModelOutput()
+    _outside.append(sys.stderr)
+    try:
+        with _descriptor_captured(1, output), redirect_stdout(output), redirect_stderr(output):
+            yield output
+    finally:
+        _outside.pop()
+
+
+@contextmanager
+def _descriptor_captured(descriptor: int, output: ModelOutput) -> Iterator[None]:
+    """Within the block, file descriptor `descriptor` writes to a temporary file, read into
+    `output` when the block ends (a file, not a pipe: nothing has to read it while the user's
+    code runs, and a subprocess the user left running cannot block us). The descriptor is put
+    back however the block ends. Python's buffers are flushed at both ends, so that our text
+    written before stays ours and the user's written within (an unflushed
+    `sys.__stdout__.write`) is caught."""
+    with tempfile.TemporaryFile() as spool:
+        _flush_python_stdout()
+        saved = os.dup(descriptor)
+        try:
+            os.dup2(spool.fileno(), descriptor)
+            try:
+                yield
+            finally:
+                _flush_python_stdout()
+                os.dup2(saved, descriptor)
+        finally:
+            os.close(saved)
+            output.new_line()
+            _read_into(spool, output)
+
+
+def _flush_python_stdout() -> None:
+    for stream in (sys.stdout, sys.__stdout__):
+        try:
+            if stream is not None:
+                stream.flush()
+        except (OSError, ValueError):  # closed by the user, or a reader gone: nothing to keep
+            pass
+
+
+# The spool is read this much at a time: a subprocess may have written gigabytes, and only
+# MAX_LINES lines are kept (the rest are counted without being kept).
+_CHUNK = 1 << 16
+
+
+def _read_into(spool: IO[bytes], output: ModelOutput) -> None:
+    spool.seek(0)
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="backslashreplace")
+    while chunk := spool.read(_CHUNK):
+        output.write(decoder.decode(chunk))
+    output.write(decoder.decode(b"", final=True))
+
+
+__all__ = ["MAX_LINE", "MAX_LINES", "PREFIX", "ModelOutput", "captured_output", "captured_stdout",
+           "our_stderr"]

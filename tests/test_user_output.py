@@ -1,11 +1,24 @@
 """What a Python model prints, collected off stdout (gradexplain/user_output.py): bounded in
-lines and line length, escaped, the rest counted, and `print()` really redirected."""
+lines and line length, escaped, the rest counted, and `print()` really redirected; with
+`captured_output`, sys.stderr and file descriptor 1 too, the descriptor put back however the
+block ends."""
 
 from __future__ import annotations
 
+import os
 import sys
 
-from gradexplain.user_output import MAX_LINE, MAX_LINES, PREFIX, ModelOutput, captured_stdout
+import pytest
+
+from gradexplain.user_output import (
+    MAX_LINE,
+    MAX_LINES,
+    PREFIX,
+    ModelOutput,
+    captured_output,
+    captured_stdout,
+    our_stderr,
+)
 
 
 def test_print_goes_to_the_collector_not_stdout() -> None:
@@ -54,3 +67,29 @@ def test_nothing_printed_gives_no_lines() -> None:
     with captured_stdout() as printed:
         pass
     assert printed.lines() == []
+
+
+def test_the_descriptor_and_stderr_are_captured_then_put_back(
+        capfd: pytest.CaptureFixture[str]) -> None:
+    before = sys.stderr
+    with captured_output() as printed:
+        print("printed")
+        sys.stderr.write("to stderr \x1b[2J\n")
+        assert our_stderr() is before  # gradexplain's own messages still reach stderr
+        os.write(1, b"to the descriptor\n")
+        sys.__stdout__.write("unflushed")  # type: ignore[union-attr]
+    assert sys.stderr is before
+    os.write(1, b"after\n")
+    assert printed.lines() == [f"{PREFIX}printed", f"{PREFIX}to stderr \\x1b[2J",
+                               f"{PREFIX}to the descriptor", f"{PREFIX}unflushed"]
+    assert capfd.readouterr().out == "after\n"
+
+
+def test_the_descriptor_is_put_back_when_the_block_raises(
+        capfd: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(ValueError), captured_output() as printed:
+        os.write(1, b"said before failing \xff\n")
+        raise ValueError
+    os.write(1, b"after\n")
+    assert printed.lines() == [f"{PREFIX}said before failing \\xff"]
+    assert capfd.readouterr().out == "after\n"

@@ -114,6 +114,24 @@ class _Labeller:
         self.seeded: dict[int, set[Position]] = {
             run.index: self.seed_chain(self.view.raw_position(run.root)) for run in trace.runs
         }
+        # The calls indexed once: a module called N times in a loop has N calls and about N
+        # hook events each looking one up, so scanning the calls per event was quadratic.
+        # Each key keeps its first call, as the scans in call order found.
+        self.legacy_calls: dict[tuple[str, str | None], int] = {}
+        self.full_calls: dict[tuple[str, str | None], int] = {}
+        self.wrappers: list[tuple[str | None, str | None]] = []  # each call's (in, out)
+        self.input_wrapper_calls: dict[str | None, list[int]] = {}
+        for number, call in enumerate(trace.calls):
+            self.legacy_calls.setdefault((call.module, call.legacy_node), number)
+            wrapper_in, wrapper_out = self.wrapper_of(call.inputs), self.output_wrapper(call)
+            self.wrappers.append((wrapper_in, wrapper_out))
+            self.full_calls.setdefault((call.module, wrapper_in), number)
+            self.full_calls.setdefault((call.module, wrapper_out), number)
+            self.input_wrapper_calls.setdefault(wrapper_in, []).append(number)
+        # consumers_within per (position, run), and the input numbers each consumer reads
+        # there: a weight a loop uses N times has N consumers, asked about once per event.
+        self.within: dict[tuple[Position, int], frozenset[Edge]] = {}
+        self.reads: dict[tuple[Position, int], dict[str, list[int]]] = {}
 
     def seed_chain(self, raw: Position | None) -> set[Position]:
         """The raw positions the seed gradient arrives at: the root and, when it is a full
@@ -140,13 +158,9 @@ class _Labeller:
         """Which call of its module a backward hook serves: a legacy hook the call whose last
         node it sits on, a full hook the call whose wrappers it sits on."""
         if event.hook == "backward":
-            for index, call in enumerate(self.trace.calls):
-                if call.module == event.target and call.legacy_node == event.node_id:
-                    return index
-        elif event.hook in ("full_backward_pre", "full_backward"):
-            served, _, _ = self.full_call(event)
-            if served is not None:
-                return self.trace.calls.index(served)
+            return self.legacy_calls.get((event.target, event.node_id))
+        if event.hook in ("full_backward_pre", "full_backward"):
+            return self.full_calls.get((event.target, event.node_id))
         return None
 
     def arg(self, event: Event, run: Run, arg: Arg) -> Label:
@@ -226,14 +240,10 @@ class _Labeller:
 
     def full_call(self, event: Event) -> tuple[ModuleCall | None, str | None, str | None]:
         """The call a full hook event belongs to, its input wrapper and its output wrapper."""
-        for call in self.trace.calls:
-            if call.module != event.target:
-                continue
-            wrapper_in = self.wrapper_of(call.inputs)
-            wrapper_out = self.output_wrapper(call)
-            if event.node_id in (wrapper_in, wrapper_out):
-                return call, wrapper_in, wrapper_out
-        return None, None, None
+        number = self.full_calls.get((event.target, event.node_id))
+        if number is None:
+            return None, None, None
+        return (self.trace.calls[number], *self.wrappers[number])
 
     def wrapper_of(self, tensors: tuple[int | None, ...]) -> str | None:
         for index in tensors:
@@ -323,11 +333,11 @@ class _Labeller:
 
     def wrapper_argument(self, node: str, rank: int) -> tuple[ModuleCall, int] | None:
         """The call whose input wrapper `node` is, and which argument its `rank`-th output is."""
-        for call in self.trace.calls:
-            if self.wrapper_of(call.inputs) == node:
-                tensors = [index for index, item in enumerate(call.inputs) if item is not None]
-                if rank < len(tensors):
-                    return call, tensors[rank]
+        for number in self.input_wrapper_calls.get(node, []):
+            call = self.trace.calls[number]
+            tensors = [index for index, item in enumerate(call.inputs) if item is not None]
+            if rank < len(tensors):
+                return call, tensors[rank]
         return None
 
     def unused(self, run: Run, raw: Position) -> Label:
@@ -384,8 +394,7 @@ class _Labeller:
         """Name the tensor at `position`, through views if it has no name of its own."""
         if not self.view.in_real_graph(position[0]):
             return self.no_gradient(run, position)
-        reachable = self.reachable.get(run.index, set())
-        if edges is not None and edges >= self.view.consumers_within(position, reachable):
+        if edges is not None and edges >= self.consumers(position, run):
             edges = None
         start, start_edges = position, edges
         transposes, reshaped, expand = 0, False, None
@@ -406,10 +415,10 @@ class _Labeller:
                 reshaped |= kind == "reshape"
                 position = below
                 share = frozenset({(node.id, 0)})
-                if share < self.view.consumers_within(below, reachable):
+                if share < self.consumers(below, run):
                     edges = share
                 continue
-            users = self.view.consumers_within(position, reachable)
+            users = self.consumers(position, run)
             if len(users) == 1 and direction != "down":
                 (user, _), = users
                 user_kind = VIEWS.get(self.view.name_of(user))
@@ -447,8 +456,7 @@ class _Labeller:
             # The value is the gradient of wrt expanded: "only the part via" that expand when
             # wrt has other uses too.
             share = frozenset({(expand, 0)})
-            restricted = share < self.view.consumers_within(
-                position, self.reachable.get(run.index, set()))
+            restricted = share < self.consumers(position, run)
             via = (Use(self.output_name(expand)),) if restricted else ()
             record = self.trace.named(wrt)
             summed_dims = _broadcast_dims(record.shape if record else None, self.arg_shape)
@@ -464,17 +472,37 @@ class _Labeller:
         where the op reads the tensor more often than the edges say."""
         if edges is None:
             return ()
-        every = self.view.consumers_within(position, self.reachable.get(run.index, set()))
+        every = self.reads_by_consumer(position, run)
         found: list[Use] = []
         for node in sorted({node for node, _ in edges}, key=lambda item: self.view.rank[item]):
             claimed = sorted(number for user, number in edges if user == node)
-            reads = sorted(number for user, number in every | edges if user == node)
+            reads = sorted(set(every.get(node, ())) | set(claimed))
             name = self.output_name(node)
             if claimed == reads:
                 found.append(Use(name))
             else:
                 found.extend(Use(name, number) for number in claimed)
         return tuple(found)
+
+    def consumers(self, position: Position, run: Run) -> frozenset[Edge]:
+        """The edges reading the tensor at `position` that `run` reaches (computed once)."""
+        key = (position, run.index)
+        found = self.within.get(key)
+        if found is None:
+            found = self.view.consumers_within(position, self.reachable.get(run.index, set()))
+            self.within[key] = found
+        return found
+
+    def reads_by_consumer(self, position: Position, run: Run) -> dict[str, list[int]]:
+        """`consumers`, as each consuming node's input numbers (computed once)."""
+        key = (position, run.index)
+        found = self.reads.get(key)
+        if found is None:
+            found = {}
+            for node, number in self.consumers(position, run):
+                found.setdefault(node, []).append(number)
+            self.reads[key] = found
+        return found
 
     def output_name(self, node: str) -> str:
         return self.view.tensor_name((node, 0))

@@ -31,8 +31,11 @@ FILE = "hostile_models.py"
 
 # One file of models; each factory misbehaves in one way. Plain PyTorch: the tests exec it too.
 SOURCE = '''
+import atexit
 import copy
 import os
+import signal
+import subprocess
 import sys
 import warnings
 
@@ -209,6 +212,29 @@ def make_returns_none():
 
 def make_logs_inside():
     return LogsInside()
+
+
+class Outside(Net):
+    """Writes past print() and sys.stdout, as C code or a child process would (HOSTILE_HOW)."""
+
+    def forward(self, x):
+        if how() == "descriptor":
+            os.write(1, b"descriptor says hello\\n")
+        if how() == "dunder":
+            sys.__stdout__.write("dunder says hello\\n")  # unflushed
+        if how() == "child":
+            subprocess.run([sys.executable, "-c", "print('child says hello')"], check=True)
+        if how() == "stderr":
+            sys.stderr.write("stderr says \x1b[2J\x1b]0;pwned\x07 hello\\n")
+        if how() == "atexit":
+            atexit.register(print, "atexit says hello")
+        if how() == "timer":  # SIGALRM, no handler: its default action ends the process
+            signal.setitimer(signal.ITIMER_REAL, 0.05)
+        return super().forward(x)
+
+
+def make_outside():
+    return Outside()
 '''
 
 
@@ -309,6 +335,41 @@ def test_printed_output_is_bounded_and_escaped(models: Path) -> None:
     assert 1 < len(lines) <= 60, len(lines)
     assert "more line" in lines[-1]
     assert "\x1b" not in result.stderr and "\\x1b" in result.stderr
+
+
+@pytest.mark.parametrize("how", ["descriptor", "dunder", "child", "stderr"])
+def test_output_past_print_goes_to_stderr_escaped(models: Path, how: str) -> None:
+    """File descriptor 1 itself (os.write, sys.__stdout__, a child process) and sys.stderr:
+    stdout still parses, and the text is a `model output:` line with no escape acted on."""
+    result = walk(models, "make_outside", "--format", "json", env={"HOSTILE_HOW": how})
+    assert result.code == 0, result.stderr[-2000:]
+    json.loads(result.stdout)
+    said = [line for line in result.stderr.splitlines() if f"{how} says" in line]
+    assert said and all(line.startswith("model output: ") for line in said), result.stderr
+    assert "\x1b" not in result.stderr and "\a" not in result.stderr
+    if how == "stderr":
+        assert "\\x1b[2J\\x1b]0;pwned\\x07 hello" in said[0], said
+
+
+def test_a_report_holds_no_descriptor_output(models: Path) -> None:
+    result = run("report", f"{models}:make_outside", "--input", "2x3",
+                 env={"HOSTILE_HOW": "descriptor"})
+    assert result.code == 0, result.stderr[-2000:]
+    assert result.stdout.startswith("#") and "says hello" not in result.stdout
+    assert "model output: descriptor says hello" in result.stderr
+
+
+def test_nothing_the_model_left_to_run_at_exit_follows_the_json(models: Path) -> None:
+    result = walk(models, "make_outside", "--format", "json", env={"HOSTILE_HOW": "atexit"})
+    assert result.code == 0, result.stderr[-2000:]
+    json.loads(result.stdout)
+    assert "atexit says hello" not in result.stdout
+
+
+def test_a_timer_the_forward_starts_does_not_end_the_walk(models: Path) -> None:
+    result = walk(models, "make_outside", "--format", "json", env={"HOSTILE_HOW": "timer"})
+    assert result.code == 0, (result.code, result.stderr[-2000:])
+    assert_grads_match(json.loads(result.stdout), "make_outside")
 
 
 def test_warnings_are_escaped_and_bounded(models: Path) -> None:
