@@ -21,9 +21,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 # The signals interval timers send: real time, process time, and process and system time.
-_TIMERS = ((signal.ITIMER_REAL, signal.SIGALRM), (signal.ITIMER_VIRTUAL, signal.SIGVTALRM),
-           (signal.ITIMER_PROF, signal.SIGPROF))
-_RESTORED = (signal.SIGALRM, signal.SIGVTALRM, signal.SIGPROF, signal.SIGINT, signal.SIGTERM)
+# Windows has neither the timers nor their signals: there only SIGINT and SIGTERM are put back.
+_TIMERS = tuple((getattr(signal, timer), getattr(signal, number)) for timer, number in (
+    ("ITIMER_REAL", "SIGALRM"), ("ITIMER_VIRTUAL", "SIGVTALRM"), ("ITIMER_PROF", "SIGPROF"))
+    if hasattr(signal, timer) and hasattr(signal, number))
+_RESTORED = (*(number for _, number in _TIMERS), signal.SIGINT, signal.SIGTERM)
 
 
 @contextmanager
