@@ -13,10 +13,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import os
 import re
-import subprocess
-import sys
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +22,9 @@ from typing import Any
 import pytest
 import torch
 
-from tests.helpers.cli import REPO, Result
+from tests.helpers.cli import Result
+from tests.helpers.pycli import assert_one_model_error_line as one_error_line
+from tests.helpers.pycli import run_separately
 
 FILE = "hostile_models.py"
 
@@ -246,13 +245,7 @@ def models(tmp_path: Path) -> Path:
 
 
 def run(*args: str, env: dict[str, str] | None = None) -> Result:
-    """`python -m gradexplain ARGS` in a process of its own, this tree first on the path."""
-    done = subprocess.run(
-        [sys.executable, "-m", "gradexplain", *args], capture_output=True, text=True, cwd=REPO,
-        env={**os.environ, "NO_COLOR": "1", "COLUMNS": "100", "PYTHONPATH": str(REPO),
-             **(env or {})},
-        timeout=180, check=False)
-    return Result(done.returncode, done.stdout, done.stderr)
+    return run_separately(*args, env=env)
 
 
 def walk(models: Path, factory: str, *more: str, env: dict[str, str] | None = None) -> Result:
@@ -260,17 +253,7 @@ def walk(models: Path, factory: str, *more: str, env: dict[str, str] | None = No
 
 
 def assert_one_error_line(result: Result, *words: str) -> str:
-    """Exit 2, nothing on stdout, one `error:` line naming the model file (and `words`)."""
-    assert result.code == 2, (result.code, result.stderr[-2000:])
-    assert result.stdout == ""
-    assert "Traceback" not in result.stderr and "internal error" not in result.stderr
-    lines = result.stderr.splitlines()
-    assert len(lines) == 1, result.stderr[-2000:]
-    line = lines[0]
-    assert line.startswith("error: ") and FILE in line, line
-    for word in words:
-        assert word in line, (word, line)
-    return line
+    return one_error_line(result, FILE, *words)
 
 
 def plain_torch(factory: str) -> dict[str, torch.Tensor]:

@@ -48,6 +48,37 @@ def in_process(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPat
     return run
 
 
+def run_separately(*args: str, env: dict[str, str] | None = None) -> Result:
+    """`python -m gradexplain ARGS` in a process of its own, this tree first on the path: for
+    what only a process shows (its exit code, its file descriptors, its signals, no
+    traceback)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "gradexplain", *args], capture_output=True, text=True, cwd=REPO,
+        env={**os.environ, "NO_COLOR": "1", "COLUMNS": "100", "PYTHONPATH": str(REPO),
+             **(env or {})},
+        timeout=300, check=False)
+    return Result(done.returncode, done.stdout, done.stderr)
+
+
+def assert_one_model_error_line(result: Result, file: str, *words: str,
+                                warnings_before: bool = False) -> str:
+    """Exit 2, nothing on stdout, one `error:` line naming `file` (and `words`), no traceback
+    and no internal error; with `warnings_before`, the warnings Python showed before it (a
+    model calling a deprecated torch API) may stand on stderr too."""
+    assert result.code == 2, (result.code, result.stderr[-2000:])
+    assert result.stdout == ""
+    assert "Traceback" not in result.stderr and "internal error" not in result.stderr
+    lines = result.stderr.splitlines()
+    if warnings_before:
+        lines = [line for line in lines if line.startswith("error:")]
+    assert len(lines) == 1, result.stderr[-2000:]
+    line = lines[0]
+    assert line.startswith("error: ") and file in line, line
+    for word in words:
+        assert word in line, (word, line)
+    return line
+
+
 def walk_json(cli: CLI, *args: str) -> JSON:
     result = cli("walk", *args, "-f", "json")
     assert result.code == 0, result.stderr
