@@ -12,6 +12,7 @@ The model is deep-copied for every run, so the caller's model gets no hooks and 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -149,17 +150,12 @@ def explain(model: nn.Module | Any, *inputs: torch.Tensor | Sequence[int], loss:
 def _check_shape(index: int, shape: tuple[int, ...]) -> None:
     """A shape given for input `index`: positive sizes, within the CLI's bound on elements (a
     negative size is torch's RuntimeError in randn, a typo the caller should hear about)."""
-    from gradexplain.capture.pymodel import MAX_INPUT_ELEMENTS
+    from gradexplain.capture.pymodel import check_elements
 
     if any(isinstance(size, bool) or size <= 0 for size in shape):
         raise UsageError(f"explain(): input {index} is the shape {shape}; every size must be a "
                          "positive integer")
-    elements = 1
-    for size in shape:
-        elements *= size
-    if elements > MAX_INPUT_ELEMENTS:
-        raise UsageError(f"explain(): input {index} is the shape {shape}: {elements:,} "
-                         f"elements, more than the {MAX_INPUT_ELEMENTS:,} gradexplain accepts")
+    check_elements(f"explain(): input {index} is the shape {shape}", math.prod(shape))
 
 
 def _output_path(output: str | int | Sequence[str | int] | None) -> tuple[str, ...]:

@@ -17,7 +17,6 @@ from typing import Any
 
 import torch
 
-from gradexplain.capture.values import complex_refusal
 from gradexplain.errors import ModelRunError
 from gradexplain.output_path import OutputPath, part_name, path_text, python_form
 
@@ -112,10 +111,6 @@ def python_results(output: Any, path: OutputPath, loss: str, target: str) -> dic
     differentiable = _differentiable(selected)
     if not differentiable:
         whole = _differentiable(output)
-        complex_part = next((tensor for _, tensor in parts if tensor.is_complex()), None)
-        if complex_part is not None:
-            raise ModelRunError(f"{target}: " + complex_refusal(
-                f"the model's output is a complex tensor ({complex_part.dtype})"))
         if not whole:
             raise ModelRunError(f"{target}: the model's output does not require grad: nothing "
                                 "to backpropagate (are its parameters frozen, or is its forward "

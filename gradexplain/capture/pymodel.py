@@ -17,6 +17,7 @@ import importlib
 import importlib.util
 import inspect
 import io
+import math
 import sys
 import warnings
 from collections.abc import Sequence
@@ -103,10 +104,7 @@ def parse_input(text: str) -> InputShape:
         raise ModelLoadError(f"--input {text!r}: expected a shape such as 4x3 (positive sizes "
                              f"joined by x), optionally with :float64 or :int64, and :{NO_GRAD}")
     shape = tuple(int(part) for part in parts)
-    elements = 1
-    for size in shape:
-        elements *= size
-    check_elements(f"--input {text!r}", elements)
+    check_elements(f"--input {text!r}", math.prod(shape))
     return InputShape(shape, dtype, requires_grad)  # type: ignore[arg-type]
 
 

@@ -43,8 +43,12 @@ def tensor_value(tensor: torch.Tensor | None) -> TensorValue | None:
         # those of the dense tensor it stands for, which is what every check compares.
         data = data.to_dense()
     if data.is_complex():
-        raise ComplexValueError(complex_refusal(f"a hook was handed a complex tensor "
-                                                f"({data.dtype}, shape {tuple(data.shape)})"))
+        # The model's output too: the root's forward hook records it before the loss is taken.
+        raise ComplexValueError(
+            f"a hook was handed a complex tensor ({data.dtype}, shape {tuple(data.shape)}): "
+            "gradexplain labels real-valued gradients only (torch's gradient of a complex "
+            "tensor is a conjugate Wirtinger derivative, which no label here says): keep "
+            "complex arithmetic out of the model explained, or explain a real-valued part of it")
     shape = tuple(data.shape)
     dtype = str(data.dtype).removeprefix("torch.")
     if data.numel() > _value_limit.get():
@@ -57,14 +61,6 @@ def tensor_value(tensor: torch.Tensor | None) -> TensorValue | None:
         summary = Summary(minimum, maximum, mean, norm)
         return TensorValue(shape, dtype, None, summary)
     return TensorValue(shape, dtype, data.tolist())
-
-
-def complex_refusal(what: str) -> str:
-    """Why `what` stops the walk: one sentence, the same wherever a complex tensor is met."""
-    return (f"{what}: gradexplain labels real-valued gradients only (torch's gradient of a "
-            "complex tensor is a conjugate Wirtinger derivative, which no label here says): "
-            "keep complex arithmetic out of the model explained, or explain a real-valued "
-            "part of it")
 
 
 def recorded_tensor(value: TensorValue) -> torch.Tensor:
@@ -88,4 +84,4 @@ def grad_outputs(spec: GradOutputs, of: torch.Tensor) -> torch.Tensor:
     return make_tensor(spec.value).to(of.dtype)
 
 
-__all__ = ["complex_refusal", "grad_outputs", "recorded_tensor", "tensor_value", "value_limit"]
+__all__ = ["grad_outputs", "recorded_tensor", "tensor_value", "value_limit"]

@@ -390,13 +390,14 @@ class _Checker:
                     f"{'a number' if isinstance(value, NumberType) else 'a group of tensors'}",
                     where,
                 )
-        again = (module.path, tuple(args)) in self.checked_calls
+        key = (module.path, tuple(args))
+        again = key in self.checked_calls
         try:
             result = self.module_body(module, tuple(args), {})
         except RecursionError:
             raise SpecLimitError("modules nest too deeply", where) from None
         if again:
-            self.multiply_adds.called_again((module.path, tuple(args)), step, expr.column)
+            self.multiply_adds.called_again(key, step, expr.column)
         return result
 
     # --- records ---------------------------------------------------------------------------

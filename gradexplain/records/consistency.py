@@ -43,10 +43,10 @@ ARGUMENT_NAMES: dict[str, tuple[str, ...]] = {
     "node_pre": ("grad_outputs",),
     "node": ("grad_inputs", "grad_outputs"),
 }
-# A position as str() writes it (no leading zeros: `[01]` and `[1]` would be one place), and
-# short enough for int(): a hook's arguments are a tuple, never a billion long.
 # Said without a position in the message, as gradexplain's own hooks name them.
 _LONE = ("output", "grad", "tensor")
+# A position as str() writes it (no leading zeros: `[01]` and `[1]` would be one place), and
+# short enough for int(): a hook's arguments are a tuple, never a billion long.
 _ARGUMENT_NAME = {hook: re.compile(f"(?:{'|'.join(names)})(?:\\[(?:0|[1-9][0-9]{{0,8}})\\])?")
                   for hook, names in ARGUMENT_NAMES.items()}
 
