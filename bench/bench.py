@@ -7,20 +7,29 @@ What it measures (wall time of whole processes, as a user at a shell sees them):
    command line cannot avoid).
    Budget (issue 7): within 1.5x the baseline.
 2. Walk latency: ``gradexplain walk specs/two_modules.yaml`` (text, and ``--format json``)
-   against ``python -c "import torch"``. Budget (issue 3): within 1.25x the baseline.
+   against ``python -c "import torch"``. Budgets: text within 1.15x the baseline (issue 20), JSON
+   within 1.25x (issue 3).
 3. Scaling: ``gradexplain walk FILE --format json`` on generated specs of 10, 100 and 300
    Linear+Tanh layers, with the JSON's size, against the 10-layer walk and against
    ``python -c "import torch"`` timed in the same rounds. Targets (issue 3): 300 layers in under
    10 s in total, JSON under 50 MB. The 10 s target is absolute seconds, so it depends on the
    machine and on its load; the "x import torch" column says how it would scale elsewhere.
-4. Python API (in this process, not whole commands): ``explain(model, x)`` on a 50-layer MLP
-   (Linear(256, 256) + ReLU blocks, batch 32) against a plain forward + backward of it ("plain")
-   and against the same two hooked passes gradexplain makes with every hook it registers doing
-   nothing ("floor", registering and removing them included); the text and JSON renderings as
-   ratios to the capture; hook calls, checks, and the Python heap peak (``tracemalloc``) of a
-   capture against the floor's.
+4. Large models: the 300-layer spec walked as JSON, as text (the default) and as text with every
+   timeline and block; and a 1,000-layer spec (500 Linear + Tanh pairs) as JSON, with each
+   command's peak resident set (from wait4) and output size. Goals (issue 20): text at most
+   1.2x JSON's time; 1,000 layers with JSON under 50 MB and a peak RSS under 1 GB.
+5. Python API (in this process, not whole commands): ``explain(model, x)`` on each model of
+   ``peer_models.py`` (the README's 50-layer MLP, Linear(256, 256) + ReLU blocks at batch 32,
+   and a ResNet-18 on one 64x64 image) against a plain forward + backward of it ("plain"),
+   against the same two hooked passes gradexplain makes with every hook it registers doing
+   nothing ("floor", registering and removing them included) and with every hook cloning what
+   it is handed ("clone floor"), and against torchlens recording the model with its gradients
+   when it is installed (`pip install -e '.[bench]'`); the text and JSON renderings as ratios
+   to the capture; hook calls, checks, and the Python heap peak (``tracemalloc``) of a capture
+   against the floor's. Goals (issue 20): a capture within torchlens's time and within 3x the
+   clone floor.
 
-5. Threads: ``gradexplain walk examples/models.py:make_deep --input 32x256 --format json``
+6. Threads: ``gradexplain walk examples/models.py:make_deep --input 32x256 --format json``
    with one torch thread (the default, issue 15) against ``--threads N`` with N the number of
    CPUs (torch's own default), and whether both print the same bytes.
 
@@ -42,15 +51,16 @@ command, so the script itself is used); without one, ``python -m gradexplain``. 
 run on this same Python (``sys.executable``).
 
 The Python API section times function calls instead of commands, in the same way: a warm-up,
-then rounds in rotating order of three units (plain x5, floor x5, and a capture followed by its
-two renderings, after which the Explanation is dropped), with a ``gc.collect()`` before each unit
-(outside any time). Setup such as copying the model is outside the times too; the capture's copy
-is inside, being part of ``explain``. Its rounds stop early (after at least 2) when another, and
-the memory and hook counts after them, would take the section past 55 s (a capture is slow on a
-busy machine); the section says how many ran. It runs torch on one intra-op thread
-(``--torch-threads``): a batch of 32 gains little from more, and on a shared machine they stall
-(seen: a 12 ms plain forward + backward taking 2 s with torch's default of 2 threads, at a load
-average of 4 on 2 CPUs), which buries the ratios in noise. ``explain`` is called with
+then rounds in rotating order of its units (plain x5, floor x5, clone floor x5, torchlens, and
+a capture followed by its two renderings, after which the Explanation is dropped), with a
+``gc.collect()`` before each unit (outside any time). Setup such as copying the model is outside
+the times too; the capture's copy is inside, being part of ``explain``. For each model, its
+rounds stop early (after at least 2) when another, and the memory and hook counts after them,
+would take it past 70 s (a capture is slow on a busy machine); the section says how many ran.
+It runs torch on one intra-op thread (``--torch-threads``): a batch of 32 gains little from
+more, and on a shared machine they stall (seen: a 12 ms plain forward + backward taking 2 s with
+torch's default of 2 threads, at a load average of 4 on 2 CPUs), which buries the ratios in
+noise. ``explain`` is called with
 ``threads=None`` so that this one setting governs the capture as well as the plain and floor
 passes (by default ``explain`` would use one thread whatever the setting).
 
@@ -59,9 +69,9 @@ Run from anywhere (it changes to the repository root): ``python bench/bench.py``
 
 The code: this file is the entry point (options, the header, the sections in order);
 ``timing.py`` times commands side by side and formats the tables; ``command_sections.py`` holds
-the sections that time commands (start-up, walk, sessions, scaling, threads);
-``python_section.py`` the Python API section. They import each other as siblings: run this file
-as a script, not as a module of a package.
+the sections that time commands (start-up, walk, sessions, scaling, large models, threads);
+``python_section.py`` the Python API section and ``peer_models.py`` its models. They import each
+other as siblings: run this file as a script, not as a module of a package.
 """
 
 from __future__ import annotations
@@ -78,6 +88,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from command_sections import (
+    large_section,
     scaling_section,
     session_section,
     startup_section,
@@ -88,7 +99,7 @@ from python_section import PYTHON_BUDGET_SECONDS, python_section
 from timing import REPO, last_line, launcher
 
 # Every section, in the order they run (whatever the order of --only).
-SECTIONS = ("startup", "walk", "session", "scaling", "python", "threads")
+SECTIONS = ("startup", "walk", "session", "scaling", "large", "python", "threads")
 Section = Callable[[], tuple[list[str], bool]]
 
 
@@ -202,6 +213,7 @@ def section_runs(gx: list[str], settings: Settings) -> dict[str, Section]:
         "walk": lambda: walk_section(gx, rounds),
         "session": lambda: in_workdir(session_section, gx, rounds),
         "scaling": lambda: in_workdir(scaling_section, gx, scaling_rounds),
+        "large": lambda: in_workdir(large_section, gx, scaling_rounds),
         "python": lambda: python_api(settings),
         "threads": lambda: in_workdir(threads_section, gx, scaling_rounds),
     }
@@ -212,7 +224,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = parse_args(argv)
     os.chdir(REPO)
     gx, gx_note = launcher()
-    section_rounds = {"scaling": settings.scaling_rounds, "python": settings.python_rounds,
+    section_rounds = {"scaling": settings.scaling_rounds, "large": settings.scaling_rounds,
+                      "python": settings.python_rounds,
                       "threads": settings.scaling_rounds}
     shown_rounds = {name: section_rounds.get(name, settings.rounds)
                     for name in settings.sections}

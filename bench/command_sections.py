@@ -26,10 +26,20 @@ from timing import (
 
 TWO_MODULES = "specs/two_modules.yaml"
 STARTUP_BUDGET = 1.5
-WALK_BUDGET = 1.25
+WALK_BUDGET = 1.25  # issue 3, for JSON
+WALK_TEXT_BUDGET = 1.15  # issue 20, for text (the default)
 SCALING_LAYERS = (10, 100, 300)
 TARGET_SECONDS = 10.0
 TARGET_MB = 50.0
+# Issue 20: text at most this many times JSON's cost at 300 layers; a 1,000-layer model (1,000
+# modules: 500 Linear + Tanh pairs) walks with JSON under LARGE_MB and a peak resident set under
+# LARGE_RSS. The largest spec the step bound (2,000 steps) allows, 999 pairs, is measured once
+# beside it: its JSON holds every value of twice as many hook arguments.
+TEXT_OVER_JSON = 1.2
+LARGE_PAIRS = 500
+LARGEST_PAIRS = 999
+LARGE_MB = 50.0
+LARGE_RSS = 1_000_000_000
 
 
 def startup_section(gx: list[str], rounds: int) -> tuple[list[str], bool]:
@@ -56,17 +66,17 @@ def startup_section(gx: list[str], rounds: int) -> tuple[list[str], bool]:
 
 
 def walk_section(gx: list[str], rounds: int) -> tuple[list[str], bool]:
-    """`walk` of the smallest spec, as text and as JSON, against `import torch`; budget: issue
-    3."""
+    """`walk` of the smallest spec, as text and as JSON, against `import torch`; budgets:
+    issue 20 (text), issue 3 (JSON)."""
     py = sys.executable
     return ratio_section(
         "Walk latency",
         Command('python -c "import torch"', [py, "-c", "import torch"]),
         [(Command(f"gradexplain walk {TWO_MODULES} > /dev/null",
-                  [*gx, "walk", TWO_MODULES]), WALK_BUDGET),
+                  [*gx, "walk", TWO_MODULES]), WALK_TEXT_BUDGET),
          (Command(f"gradexplain walk {TWO_MODULES} --format json > /dev/null",
                   [*gx, "walk", TWO_MODULES, "--format", "json"]), WALK_BUDGET)],
-        rounds, "budget (issue 3)")
+        rounds, "budget (issues 20, 3)")
 
 
 def session_section(gx: list[str], rounds: int, workdir: Path) -> tuple[list[str], bool]:
@@ -165,6 +175,76 @@ def scaling_section(gx: list[str], rounds: int, workdir: Path) -> tuple[list[str
     if problems:
         out += ["", *problems]
     return out, not problems
+
+
+def large_section(gx: list[str], rounds: int, workdir: Path) -> tuple[list[str], bool]:
+    """Output at scale, side by side: the 300-layer spec walked as JSON, as text (the default)
+    and as text with every timeline and block, and a 1,000-layer spec as JSON; time, peak
+    resident set and output size, with issue 20's goals met or not."""
+    title = "Large models: text against JSON at 300 layers, and 1,000 layers"
+    print(f"{title}: {rounds} rounds", file=sys.stderr, flush=True)
+    medium = workdir / "mlp_300.yaml"
+    medium.write_text(make_mlp_spec(SCALING_LAYERS[-1]), encoding="utf-8")
+    large = workdir / f"mlp_{LARGE_PAIRS}.yaml"
+    large.write_text(make_mlp_spec(LARGE_PAIRS), encoding="utf-8")
+    json_300 = Command("300 layers, `--format json`", [*gx, "walk", str(medium), "--format",
+                                                       "json"], stdout_to=workdir / "300.json")
+    texts = [Command("300 layers, text", [*gx, "walk", str(medium)],
+                     stdout_to=workdir / "300.txt"),
+             Command("300 layers, text `--timeline --all-blocks`",
+                     [*gx, "walk", str(medium), "--timeline", "--all-blocks"],
+                     stdout_to=workdir / "300-timeline.txt")]
+    json_large = Command(f"{2 * LARGE_PAIRS} layers ({LARGE_PAIRS} Linear + Tanh pairs), "
+                         "`--format json`", [*gx, "walk", str(large), "--format", "json"],
+                         stdout_to=workdir / "large.json")
+    commands = [json_300, *texts, json_large]
+    measure(commands, rounds)
+    problems = [f"- FAILED: {item.label}: {item.failure or 'no runs'}"
+                for item in commands if item.failure is not None or not item.times]
+    rows = []
+    for item in commands:
+        if item.failure is not None or not item.times:
+            rows.append([item.label, "0", "failed", "-", "-", "-", "-"])
+            continue
+        assert item.stdout_to is not None
+        against = (f"{item.median() / json_300.median():.2f}x"
+                   if json_300.times and json_300.failure is None else "-")
+        rows.append([item.label, str(len(item.times)), f"{item.median():.2f}", iqr(item.times),
+                     against, f"{max(item.peaks) / MB:.0f}",
+                     f"{item.stdout_to.stat().st_size / MB:.2f}"])
+    out = [f"## {title}", "", table(["command", "runs", "median (s)", "p25-p75 (s)",
+                                     "x 300 layers JSON", "peak RSS (MB)", "output (MB)"], rows),
+           ""]
+    if not problems:
+        for text in texts:
+            share = text.median() / json_300.median()
+            met = "met" if share <= TEXT_OVER_JSON else "NOT met"
+            out.append(f"- goal: {text.label} at most {TEXT_OVER_JSON:g}x JSON's time: {met} "
+                       f"({share:.2f}x)")
+        assert json_large.stdout_to is not None
+        size, peak = json_large.stdout_to.stat().st_size, max(json_large.peaks)
+        out.append(f"- goal: {2 * LARGE_PAIRS} layers' JSON under {LARGE_MB:.0f} MB: "
+                   f"{'met' if size < LARGE_MB * MB else 'NOT met'} ({size / MB:.1f} MB)")
+        out.append(f"- goal: {2 * LARGE_PAIRS} layers' peak RSS under {LARGE_RSS / 1e9:g} GB: "
+                   f"{'met' if 0 < peak < LARGE_RSS else 'NOT met'} ({peak / MB:.0f} MB"
+                   f"{'; not measured on this platform' if peak == 0 else ''})")
+    out.append(largest_once(gx, workdir))
+    return out + (["", *problems] if problems else []), not problems
+
+
+def largest_once(gx: list[str], workdir: Path) -> str:
+    """The largest spec the step bound allows, walked once as JSON: a line with its time, peak
+    resident set and JSON size (no goal: issue 20's are for 1,000 layers)."""
+    spec = workdir / f"mlp_{LARGEST_PAIRS}.yaml"
+    spec.write_text(make_mlp_spec(LARGEST_PAIRS), encoding="utf-8")
+    output = workdir / "largest.json"
+    outcome = run_once(Command("largest", [*gx, "walk", str(spec), "--format", "json"],
+                               stdout_to=output))
+    label = f"- once: {2 * LARGEST_PAIRS} layers ({LARGEST_PAIRS} pairs, the step bound's most)"
+    if outcome.failure is not None:
+        return f"{label}: FAILED: {outcome.failure}"
+    return (f"{label}: {outcome.seconds:.1f} s, peak RSS {outcome.peak / MB:.0f} MB, JSON "
+            f"{output.stat().st_size / MB:.1f} MB")
 
 
 def scaling_walks(gx: list[str], workdir: Path) -> tuple[list[Command], list[str]]:

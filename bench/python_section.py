@@ -1,13 +1,19 @@
-"""The Python API section: ``explain(model, x)`` on the README's 50-layer MLP, timed as function
-calls in this process against a plain forward + backward ("plain") and against the same two
-hooked passes gradexplain makes with every hook doing nothing ("floor"); the text and JSON
-renderings; and, once each after the rounds, hook calls, checks, output sizes and the Python heap
-peak of a capture against the floor's.
+"""The Python API section: ``explain(model, x)`` on each model of ``peer_models.MODELS`` (the
+README's 50-layer MLP and a ResNet-18), timed as function calls in this process against a plain
+forward + backward ("plain"), against the same two hooked passes gradexplain makes with every
+hook doing nothing ("floor") and with every hook cloning the tensors it is handed ("clone floor",
+the least a tool that keeps what hooks see can do), and against torchlens recording the same
+model with its gradients, when torchlens is installed (`pip install -e '.[bench]'`); then the
+text and JSON renderings; and, once each after the rounds, hook calls, checks, output sizes and
+the Python heap peak of a capture against the floor's.
 
-It owns the model and the passes it is compared with (``python_model``, ``plain_pass``,
-``floor_pass``), what one timed call is (``Timed``), the calls themselves (``Calls``), the rounds
-and their early stop, and the section's lines. torch and gradexplain are imported only when the
-section runs, so that a bench of the command sections never loads them.
+The goals (issue 20) are printed as met or not: a capture within torchlens's time and within 3x
+the clone floor, for each model.
+
+It owns the passes the capture is compared with (``plain_pass``, ``floor_pass``,
+``torchlens_pass``), what one timed call is (``Timed``), the calls themselves (``Calls``), the
+rounds and their early stop, and the section's lines. torch and gradexplain are imported only
+when the section runs, so that a bench of the command sections never loads them.
 """
 
 from __future__ import annotations
@@ -27,18 +33,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from timing import MB, REPO, iqr, last_line, table
+from peer_models import MODELS, BenchModel
+from timing import MB, iqr, last_line, table
 
 if TYPE_CHECKING:
     import torch
     from torch import nn
 
-PYTHON_LAYERS = 50
-PYTHON_WIDTH = 256
-PYTHON_BATCH = 32
-PYTHON_BUDGET_SECONDS = 55.0  # the rounds; what follows them takes about 4 captures
+PYTHON_BUDGET_SECONDS = 70.0  # each model's rounds; what follows them takes about 4 captures
 PYTHON_MIN_ROUNDS = 2
 PYTHON_REPEAT = 5  # plain and floor runs per round: they are fast, and noisier than a capture
+TORCHLENS_GOAL = 1.0  # a capture at most torchlens's time
+CLONE_FLOOR_GOAL = 3.0  # and at most this many times the clone floor
 
 
 @dataclass
@@ -65,23 +71,6 @@ class Timed:
             self.failure = f"{type(error).__name__}: {last_line(str(error))}"
         else:
             self.times.append(seconds)
-
-
-def python_model() -> tuple[nn.Module, torch.Tensor]:
-    """The README's 50-layer MLP (`make_deep` of examples/models.py: Linear(256, 256) + ReLU
-    blocks), built under seed 0, and an input batch of 32 drawn right after it, requiring grad
-    as `--input` makes it (explain() takes requires_grad as given)."""
-    import torch
-
-    spec = importlib.util.spec_from_file_location("gradexplain_examples",
-                                                  REPO / "examples" / "models.py")
-    assert spec is not None and spec.loader is not None
-    examples = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(examples)
-    torch.manual_seed(0)
-    model: nn.Module = examples.make_deep()
-    assert len(list(model.children())) == PYTHON_LAYERS
-    return model, torch.randn(PYTHON_BATCH, PYTHON_WIDTH).requires_grad_()
 
 
 def fresh(model: nn.Module, x: torch.Tensor) -> tuple[nn.Module, torch.Tensor]:
@@ -165,12 +154,44 @@ def do_nothing(*args: object) -> None:
     """The floor's hook, for every kind of hook: does nothing, returns None."""
 
 
+def clone_all(*args: object) -> None:
+    """The clone floor's hook: a copy of every tensor it is handed (in tuples too), kept only
+    until it returns, as the least a tool that records what hooks see must do."""
+    import torch
+
+    def cloned(value: object) -> object:
+        if isinstance(value, torch.Tensor):
+            return value.detach().clone()
+        if isinstance(value, (tuple, list)):
+            return [cloned(item) for item in value]
+        return None
+
+    cloned(args)
+
+
+def torchlens_pass(model: nn.Module, x: torch.Tensor) -> Callable[[], None] | None:
+    """torchlens recording the model's forward with every activation and every gradient
+    (`trace(..., save_grads=True)`, then `log_backward` of the output's sum): a function doing
+    that, or None when torchlens is not installed."""
+    if importlib.util.find_spec("torchlens") is None:
+        return None
+    import torchlens
+
+    options = torchlens.options.CaptureOptions(save_grads=True)
+
+    def record() -> None:
+        log = torchlens.trace(model, x, capture=options)
+        log.log_backward(log[log.output_layers[0]].out.sum())
+
+    return record
+
+
 class Calls:
     """The calls the section times, on one model and input, each returning its seconds. A
     capture leaves its Explanation in ``state`` for the renderings that follow it, which leave
     their output there too; whoever runs them clears ``state``."""
 
-    def __init__(self) -> None:
+    def __init__(self, bench_model: BenchModel) -> None:
         # `from gradexplain import explain` is the documented path; gradexplain.api is where it
         # lives (the package attribute is shadowed by the gradexplain.explain submodule once
         # that is imported, so the bench names the function itself).
@@ -179,8 +200,9 @@ class Calls:
 
         self.explain = explain
         self.plain_text = plain_text
-        self.model, self.x = python_model()
+        self.model, self.x = bench_model.build()
         self.collapse = "collapse" in inspect.signature(Explanation.text).parameters
+        self.has_torchlens = torchlens_pass(self.model, self.x) is not None
         self.state: dict[str, Any] = {}
 
     def time_plain(self) -> float:
@@ -189,13 +211,25 @@ class Calls:
         plain_pass(copied, inputs)
         return time.perf_counter() - start
 
-    def time_floor(self) -> float:
-        (legacy_model, legacy_x), (full_model, full_x) = (fresh(self.model, self.x),
-                                                          fresh(self.model, self.x))
-        start = time.perf_counter()
-        floor_pass(legacy_model, legacy_x, "legacy", do_nothing)
-        floor_pass(full_model, full_x, "full", do_nothing)
-        return time.perf_counter() - start
+    def floor_timer(self, hook: Callable[..., None]) -> Callable[[], float]:
+        """Both passes' forward + backward with every hook being `hook`, timed."""
+        def time_floor() -> float:
+            (legacy_model, legacy_x), (full_model, full_x) = (fresh(self.model, self.x),
+                                                              fresh(self.model, self.x))
+            start = time.perf_counter()
+            floor_pass(legacy_model, legacy_x, "legacy", hook)
+            floor_pass(full_model, full_x, "full", hook)
+            return time.perf_counter() - start
+        return time_floor
+
+    def time_torchlens(self) -> float:
+        record = torchlens_pass(*fresh(self.model, self.x))
+        assert record is not None, "timed only when torchlens is installed"
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torchlens's notices, not the bench's business
+            start = time.perf_counter()
+            record()
+            return time.perf_counter() - start
 
     def time_capture(self) -> float:
         start = time.perf_counter()
@@ -223,11 +257,13 @@ class Calls:
 
 @dataclass
 class Measures:
-    """The section's five timings, in the table's order; the first three are the references of
-    its ratio columns."""
+    """The section's timings, in the table's order. torchlens is None when it is not
+    installed."""
 
     plain: Timed
     floor: Timed
+    clone_floor: Timed
+    torchlens: Timed | None
     capture: Timed
     text: Timed
     json_render: Timed
@@ -238,35 +274,60 @@ class Measures:
         return cls(
             plain=Timed("plain: forward + `out.sum().backward()`, no hooks", calls.time_plain,
                         PYTHON_REPEAT),
-            floor=Timed("floor: 2 passes with every hook doing nothing", calls.time_floor,
-                        PYTHON_REPEAT),
+            floor=Timed("floor: 2 passes with every hook doing nothing",
+                        calls.floor_timer(do_nothing), PYTHON_REPEAT),
+            clone_floor=Timed("clone floor: 2 passes, every hook cloning what it is handed",
+                              calls.floor_timer(clone_all), PYTHON_REPEAT),
+            torchlens=(Timed("torchlens: `trace(save_grads=True)` + `log_backward`",
+                             calls.time_torchlens) if calls.has_torchlens else None),
             capture=Timed("walk: `explain(model, x)`", calls.time_capture),
             text=Timed(f"render: `plain_text(explanation.{text_call})`", calls.time_text),
             json_render=Timed("render: `json.dumps(explanation.json())`", calls.time_json),
         )
 
     def all(self) -> list[Timed]:
-        return [self.plain, self.floor, self.capture, self.text, self.json_render]
+        return [item for item in (self.plain, self.floor, self.clone_floor, self.torchlens,
+                                  self.capture, self.text, self.json_render)
+                if item is not None]
+
+    def references(self) -> list[Timed | None]:
+        """The ratio columns' references: plain, the clone floor, torchlens, the capture."""
+        return [self.plain, self.clone_floor, self.torchlens, self.capture]
 
     def units(self) -> list[list[Timed]]:
         """What runs together in a round. The renders follow their capture, and the Explanation
-        is dropped after them, so that the plain and floor runs never share the process with one
-        (nor with its garbage)."""
-        return [[self.plain], [self.floor], [self.capture, self.text, self.json_render]]
+        is dropped after them, so that the other runs never share the process with one (nor
+        with its garbage)."""
+        units = [[self.plain], [self.floor], [self.clone_floor],
+                 [self.capture, self.text, self.json_render]]
+        return units + ([[self.torchlens]] if self.torchlens is not None else [])
 
 
 def python_section(rounds: int, budget: float | None) -> tuple[list[str], bool]:
-    """Time `explain(model, x)` and its renderings against a plain and a do-nothing-hooks
-    forward + backward, interleaved in one process: markdown lines, and whether all ran.
+    """Each model of MODELS in turn (see ``model_lines``): markdown lines, and whether all
+    ran."""
+    out: list[str] = []
+    passed = True
+    for bench_model in MODELS:
+        lines, ok = model_lines(bench_model, rounds, budget)
+        out += lines + [""]
+        passed = passed and ok
+    return out[:-1], passed
 
-    `budget` (seconds for the whole section) stops the rounds early, after at least
-    PYTHON_MIN_ROUNDS, when one more would go past it; None runs every round.
+
+def model_lines(bench_model: BenchModel, rounds: int,
+                budget: float | None) -> tuple[list[str], bool]:
+    """Time `explain(model, x)` and its renderings against a plain, a do-nothing-hooks and a
+    cloning-hooks forward + backward and torchlens, interleaved in one process: markdown lines,
+    and whether all ran.
+
+    `budget` (seconds for the model) stops the rounds early, after at least PYTHON_MIN_ROUNDS,
+    when one more would go past it; None runs every round.
     """
     started = time.perf_counter()
-    title = (f"Python API: `explain(model, x)` on a {PYTHON_LAYERS}-layer MLP "
-             f"(Linear({PYTHON_WIDTH}, {PYTHON_WIDTH}) + ReLU blocks), batch {PYTHON_BATCH}")
+    title = f"Python API: `explain(model, x)` on a {bench_model.about}"
     print(f"{title}: up to {rounds} rounds", file=sys.stderr, flush=True)
-    calls = Calls()
+    calls = Calls(bench_model)
     measures = Measures.of(calls)
     done = run_rounds(calls, measures, rounds, budget, started)
     timed = measures.all()
@@ -323,27 +384,33 @@ def run_rounds(
 
 def timing_table(measures: Measures, medians: dict[int, float]) -> str:
     """The markdown table: each measure's runs, median and spread in ms, and its ratio to each
-    of plain, floor and capture. ``medians`` holds the measures that ran, by ``id``."""
+    reference (``Measures.references``). ``medians`` holds the measures that ran, by ``id``."""
     rows: list[list[str]] = []
-    references = (measures.plain, measures.floor, measures.capture)
     for item in measures.all():
         if id(item) not in medians:
-            rows.append([item.label, str(len(item.times)), "failed", "-", "-", "-", "-"])
+            rows.append([item.label, str(len(item.times)), "failed", "-", "-", "-", "-", "-"])
             continue
         median = medians[id(item)]
-        ratios = [f"{median / medians[id(ref)]:.2f}x" if id(ref) in medians else "-"
-                  for ref in references]
+        ratios = [ratio(medians, item, ref) for ref in measures.references()]
         rows.append([item.label, str(len(item.times)), f"{median * 1000:.1f}",
                      iqr(item.times, 1000, 1), *ratios])
-    return table(["measure", "runs", "median (ms)", "p25-p75 (ms)", "x plain", "x floor",
-                  "x capture"], rows)
+    return table(["measure", "runs", "median (ms)", "p25-p75 (ms)", "x plain", "x clone floor",
+                  "x torchlens", "x capture"], rows)
 
 
-def ratio(medians: dict[int, float], top: Timed, bottom: Timed) -> str:
+def ratio(medians: dict[int, float], top: Timed, bottom: Timed | None) -> str:
     """``top``'s median over ``bottom``'s, or "-" when either did not run."""
-    if id(top) not in medians or id(bottom) not in medians:
+    if bottom is None or id(top) not in medians or id(bottom) not in medians:
         return "-"
     return f"{medians[id(top)] / medians[id(bottom)]:.2f}x"
+
+
+def goal(medians: dict[int, float], top: Timed, bottom: Timed | None, most: float) -> str:
+    """``top`` over ``bottom`` against a goal of at most ``most``: the ratio and met or not."""
+    if bottom is None or id(top) not in medians or id(bottom) not in medians:
+        return "- (not measured)"
+    met = "met" if medians[id(top)] <= most * medians[id(bottom)] else "NOT met"
+    return f"{ratio(medians, top, bottom)} (goal at most {most:g}x: {met})"
 
 
 def summary(
@@ -355,12 +422,18 @@ def summary(
 
     plain, floor, capture = measures.plain, measures.floor, measures.capture
     stopped = " (stopped early: the section's time budget)" if done < rounds else ""
+    torchlens = ("not installed (`pip install -e '.[bench]'`)" if measures.torchlens is None
+                 else goal(medians, capture, measures.torchlens, TORCHLENS_GOAL))
     return [
-        f"- rounds: {done} of {rounds}{stopped}; plain and floor run {PYTHON_REPEAT}"
+        f"- rounds: {done} of {rounds}{stopped}; plain and floors run {PYTHON_REPEAT}"
         f" times a round; torch {torch.__version__}, intra-op threads: "
         f"{torch.get_num_threads()}",
+        f"- walk / torchlens: {torchlens}",
+        f"- walk / clone floor: "
+        f"{goal(medians, capture, measures.clone_floor, CLONE_FLOOR_GOAL)}",
         f"- walk / plain {ratio(medians, capture, plain)}, walk / floor "
-        f"{ratio(medians, capture, floor)}, floor / plain {ratio(medians, floor, plain)}",
+        f"{ratio(medians, capture, floor)}, floor / plain {ratio(medians, floor, plain)}, "
+        f"clone floor / floor {ratio(medians, measures.clone_floor, floor)}",
         f"- renders as a share of the capture: text {ratio(medians, measures.text, capture)}, "
         f"JSON {ratio(medians, measures.json_render, capture)}",
     ]

@@ -8,12 +8,15 @@ environment they run with, the time limit of one run, and the formatting helpers
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import statistics
 import subprocess
 import sys
 import sysconfig
+import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -40,6 +43,7 @@ class Command:
     stdout_to: Path | None = None
     env: dict[str, str] = field(default_factory=dict)
     times: list[float] = field(default_factory=list)
+    peaks: list[int] = field(default_factory=list)
     failure: str | None = None
 
     def median(self) -> float:
@@ -48,10 +52,12 @@ class Command:
 
 @dataclass
 class Outcome:
-    """How one run of a command ended: its wall time, or what went wrong."""
+    """How one run of a command ended: its wall time and its peak resident set in bytes (0
+    where the platform does not say), or what went wrong."""
 
     seconds: float
     failure: str | None
+    peak: int = 0
 
 
 def launcher() -> tuple[list[str], str]:
@@ -73,32 +79,50 @@ def last_line(text: str) -> str:
 
 
 def run_once(command: Command) -> Outcome:
-    """Run a command once with stdout to its file (or discarded); time it, and say if it failed."""
-    sink = command.stdout_to.open("wb") if command.stdout_to is not None else None
-    try:
-        start = time.perf_counter()
-        proc = subprocess.run(
-            command.argv,
-            stdin=subprocess.DEVNULL,
-            stdout=sink if sink is not None else subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            cwd=REPO,
-            env={**COMMAND_ENV, **command.env},
-            timeout=TIMEOUT_SECONDS,
-            check=False,
-        )
+    """Run a command once with stdout to its file (or discarded); time it, take its peak
+    resident set (the child's own, from wait4, where there is one), and say if it failed."""
+    with contextlib.ExitStack() as stack:
+        sink = (stack.enter_context(command.stdout_to.open("wb"))
+                if command.stdout_to is not None else subprocess.DEVNULL)
+        stderr = stack.enter_context(tempfile.TemporaryFile())
+        try:
+            start = time.perf_counter()
+            proc = subprocess.Popen(command.argv, stdin=subprocess.DEVNULL, stdout=sink,
+                                    stderr=stderr, cwd=REPO, env={**COMMAND_ENV, **command.env})
+        except OSError as error:
+            return Outcome(0.0, f"could not start: {error}")
+        code, peak, timed_out = _wait(proc)
         seconds = time.perf_counter() - start
-    except subprocess.TimeoutExpired:
-        return Outcome(TIMEOUT_SECONDS, f"timed out after {TIMEOUT_SECONDS:.0f} s")
-    except OSError as error:
-        return Outcome(0.0, f"could not start: {error}")
+        if timed_out:
+            return Outcome(TIMEOUT_SECONDS, f"timed out after {TIMEOUT_SECONDS:.0f} s")
+        if code != 0:
+            stderr.seek(0)
+            said = stderr.read().decode("utf-8", errors="replace")
+            return Outcome(seconds, f"exit code {code}: {last_line(said)}")
+        return Outcome(seconds, None, peak)
+
+
+def _wait(proc: subprocess.Popen[bytes]) -> tuple[int, int, bool]:
+    """Wait for `proc`, killing it past TIMEOUT_SECONDS: its exit code, its peak resident set
+    in bytes (0 where there is no wait4), and whether it was killed for taking too long. A
+    blocking wait, so that the time measured is the command's, not a polling interval's."""
+    killed = threading.Event()
+
+    def kill() -> None:
+        killed.set()
+        proc.kill()
+
+    killer = threading.Timer(TIMEOUT_SECONDS, kill)
+    killer.start()
+    try:
+        if not hasattr(os, "wait4"):
+            return proc.wait(), 0, killed.is_set()
+        _, status, usage = os.wait4(proc.pid, 0)
     finally:
-        if sink is not None:
-            sink.close()
-    if proc.returncode != 0:
-        stderr = proc.stderr.decode("utf-8", errors="replace")
-        return Outcome(seconds, f"exit code {proc.returncode}: {last_line(stderr)}")
-    return Outcome(seconds, None)
+        killer.cancel()
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    scale = 1 if sys.platform == "darwin" else 1024  # ru_maxrss: KiB on Linux, bytes on macOS
+    return proc.returncode, usage.ru_maxrss * scale, killed.is_set()
 
 
 def measure(commands: Sequence[Command], rounds: int) -> None:
@@ -119,6 +143,7 @@ def measure(commands: Sequence[Command], rounds: int) -> None:
                 command.failure = outcome.failure
             else:
                 command.times.append(outcome.seconds)
+                command.peaks.append(outcome.peak)
         print(f"  round {index + 1}/{rounds} done", file=sys.stderr, flush=True)
 
 
