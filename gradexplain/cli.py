@@ -27,7 +27,11 @@ from gradexplain.cli_output import (
     stdout_failure,
     write,
 )
-from gradexplain.cli_startup import completion_without_coercion, plain_validate_files
+from gradexplain.cli_startup import (
+    completion_without_coercion,
+    conversion_without_pydantic,
+    plain_validate_files,
+)
 from gradexplain.errors import GradexplainError, UsageError, first_line
 from gradexplain.sessions import (
     NO_OPTIONS,
@@ -413,7 +417,7 @@ def _main() -> None:
         plain_validate = plain_validate_files(sys.argv[1:])
         if plain_validate is not None:
             sys.exit(_validate_files(plain_validate))
-        with completion_without_coercion():
+        with completion_without_coercion(), conversion_without_pydantic():
             app()
     except GradexplainError as error:
         _say(error)

@@ -1,14 +1,16 @@
-"""The two ways the command line starts faster than typer alone would: `validate FILE...` read
-without typer, and a shell's completion request answered without converting values (which
-would import pydantic). Neither prints; `cli.main` calls both.
+"""The ways the command line starts faster than typer alone would: `validate FILE...` read
+without typer, a shell's completion request answered without converting values, and every
+other command's values converted without pydantic where they can be (`cli_conversion`). None
+prints; `cli.main` calls them all.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -43,7 +45,7 @@ def completion_without_coercion() -> Iterator[None]:
     so under click's resilient parsing, which completion uses, values pass through as they are.
     Older typers have no such parameter class and need nothing.
     """
-    parameter = getattr(getattr(typer, "core", None), "_TyperParameter", None)
+    parameter = _typer_parameter()
     if COMPLETION_VARIABLE not in os.environ or parameter is None:
         yield
         return
@@ -54,11 +56,56 @@ def completion_without_coercion() -> Iterator[None]:
             return value
         return convert(self, ctx, value)
 
-    parameter.process_value = process_value
+    with _replaced(parameter, "process_value", process_value):
+        yield
+
+
+@contextmanager
+def conversion_without_pydantic() -> Iterator[None]:
+    """While typer parses the command line, its parameters convert values without pydantic
+    where they can (`cli_conversion`: str, Path, bounded int, parsed choices, lists of them),
+    and through typer's own pydantic conversion otherwise.
+
+    typer (0.2x) builds a pydantic adapter for every parameter it processes, given or not:
+    importing pydantic and building them cost `walk` as much as its whole run of a small spec.
+    Typer still reads the command line, from the commands' own declarations, and says every
+    usage error (a bad value goes on to its conversion, which words the complaint). Older
+    typers, without this conversion, need nothing.
+    """
+    parameter = _typer_parameter()
+    if parameter is None or not hasattr(parameter, "get_runtime_param"):
+        yield
+        return
+    from gradexplain.cli_conversion import quick_conversion
+
+    typer_conversion = parameter.get_runtime_param
+
+    def get_runtime_param(self: Any) -> object:
+        return quick_conversion(self, lambda: typer_conversion(self))
+
+    with _replaced(parameter, "get_runtime_param", get_runtime_param):
+        yield
+
+
+def _typer_parameter() -> Any:
+    """typer's parameter class that converts values (typer 0.2x), or None."""
+    return getattr(getattr(typer, "core", None), "_TyperParameter", None)
+
+
+@contextmanager
+def _replaced(owner: Any, name: str, replacement: Callable[..., object]) -> Iterator[None]:
+    """`owner.name` is `replacement` inside, the original again after."""
+    original = getattr(owner, name)
+    setattr(owner, name, replacement)
     try:
         yield
     finally:
-        parameter.process_value = convert
+        setattr(owner, name, original)
 
 
-__all__ = ["COMPLETION_VARIABLE", "completion_without_coercion", "plain_validate_files"]
+__all__ = [
+    "COMPLETION_VARIABLE",
+    "completion_without_coercion",
+    "conversion_without_pydantic",
+    "plain_validate_files",
+]

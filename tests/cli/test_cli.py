@@ -83,6 +83,10 @@ def test_shell_completion_does_not_import_torch(words: str) -> None:
     (("--help",), None),
     (("validate", "specs/two_modules.yaml", "specs/embedding.yaml"), None),
     ((), "gradexplain walk --fo"),
+    (("walk", "--help"), None),
+    # Values are converted without it (cli_conversion; tests/cli/test_conversion.py).
+    (("walk", "specs/two_modules.yaml", "--format", "json", "--pass", "full", "--hook", "tensor",
+      "--threads", "1", "--max-values", "100", "--module", "module"), None),
 ])
 def test_start_up_paths_do_not_import_pydantic(args: tuple[str, ...], words: str | None) -> None:
     imported = imported_by(*args, env=complete(words) if words else None)
@@ -91,12 +95,12 @@ def test_start_up_paths_do_not_import_pydantic(args: tuple[str, ...], words: str
 
 
 def test_the_probe_can_see_pydantic() -> None:
-    # The walk command goes through typer's conversion, so the probe can say pydantic, if typer
-    # uses it at all (older typers do not).
+    # A value cli_conversion cannot convert goes on to typer's own conversion, which uses
+    # pydantic if this typer does at all (older typers do not): the probe can say pydantic.
     from importlib.util import find_spec
 
     typer_converts_with_pydantic = find_spec("typer._adapters") is not None
-    imported = imported_by("walk", "--help")
+    imported = imported_by("walk", "specs/two_modules.yaml", "--threads", "many")
     assert ("pydantic" in imported) == typer_converts_with_pydantic
 
 
