@@ -2,7 +2,7 @@
 conversion `cli_startup.conversion_without_pydantic` gives typer's parameters.
 
 typer (0.2x) converts every value through a pydantic adapter, and importing pydantic and building
-the adapters costs more than the whole of a small walk. The commands declare only str, Path, int
+the adapters costs more than a small walk's whole run (`cli_startup`). The commands declare only str, Path, int
 with bounds, bool flags, lists of these and choices read by a `parser`: those values are converted
 here as typer's adapters would convert them (`tests/cli/test_conversion.py` checks each against
 typer's own). Anything else, and any value not converted here (not a plain whole number, out of
