@@ -2,14 +2,14 @@
 conversion `cli_startup.conversion_without_pydantic` gives typer's parameters.
 
 typer (0.2x) converts every value through a pydantic adapter, and importing pydantic and building
-the adapters costs more than a small walk's whole run (`cli_startup`). The commands declare only str, Path, int
-with bounds, bool flags, lists of these and choices read by a `parser`: those values are converted
-here as typer's adapters would convert them (`tests/cli/test_conversion.py` checks each against
-typer's own). Anything else, and any value not converted here (not a plain whole number, out of
-bounds, not a choice, a path that cannot be read), goes to typer's own conversion, which then says
-what is wrong in its own words: every usage message stays typer's. This module reaches into
-typer's private conversion classes, so only `cli_startup` imports it, and only from a typer that
-has them.
+the adapters costs more than a small walk's whole run (`cli_startup`). The commands declare only
+str, Path, int with bounds, bool flags, lists of these and choices read by a `parser`: those values
+are converted here as typer's adapters would convert them (`tests/cli/test_conversion.py` checks
+each against typer's own). Anything else, and any value not converted here (not a plain whole
+number, out of bounds, not a choice, a path that cannot be read), goes to typer's own conversion,
+which then says what is wrong in its own words: every usage message stays typer's. This module
+reaches into typer's private conversion classes, so only `cli_startup` imports it, and only from a
+typer that has them.
 """
 
 from __future__ import annotations
