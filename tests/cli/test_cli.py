@@ -10,7 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.cli import REPO, SPECS, imported_by, run_cli, torch_imported_by
+from tests.helpers.cli import (
+    REPO,
+    SPECS,
+    imported_by,
+    modules_imported_by,
+    run_cli,
+    torch_imported_by,
+)
 
 ALL_SPECS = sorted(SPECS.glob("*.yaml"))
 
@@ -92,6 +99,24 @@ def test_start_up_paths_do_not_import_pydantic(args: tuple[str, ...], words: str
     imported = imported_by(*args, env=complete(words) if words else None)
     assert "typer" in imported
     assert "pydantic" not in imported
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (("--help",), None),
+    (("validate", "specs/two_modules.yaml"), None),
+    ((), "gradexplain walk --fo"),
+])
+def test_start_up_paths_do_not_import_the_records(args: tuple[str, ...],
+                                                  words: str | None) -> None:
+    # The records of a run are dozens of dataclasses, slow to define, and none of these
+    # commands has a run to record.
+    imported = modules_imported_by(*args, env=complete(words) if words else None)
+    assert "gradexplain.cli_options" in imported
+    assert not {name for name in imported if name.startswith("gradexplain.records")}
+
+
+def test_the_probe_can_see_the_records() -> None:
+    assert "gradexplain.records.trace" in modules_imported_by("walk", "--load", "nope.json")
 
 
 def test_the_probe_can_see_pydantic() -> None:
