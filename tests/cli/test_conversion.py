@@ -16,11 +16,13 @@ import typer.main
 
 from gradexplain import cli
 from gradexplain import cli_options as option
-from gradexplain.cli_conversion import NotConverted, convert, quick_conversion
 from tests.helpers.cli import REPO, Result
 from tests.helpers.pycli import CLI, in_process
 
+# Older typers convert without pydantic (and have no such classes for cli_conversion to use).
 pytest.importorskip("typer._coercion", reason="only typer 0.2x converts through pydantic")
+
+from gradexplain.cli_conversion import NotConverted, convert, quick_conversion
 
 TWO_MODULES = "specs/two_modules.yaml"
 
