@@ -74,10 +74,13 @@ def conversion_without_pydantic() -> Iterator[None]:
     typers, without this conversion, need nothing.
     """
     parameter = _typer_parameter()
+    try:
+        from gradexplain.cli_conversion import quick_conversion
+    except ImportError:  # a typer whose private classes moved: its own conversion, unchanged
+        parameter = None
     if parameter is None or not hasattr(parameter, "get_runtime_param"):
         yield
         return
-    from gradexplain.cli_conversion import quick_conversion
 
     typer_conversion = parameter.get_runtime_param
 

@@ -6,6 +6,7 @@ value or fails with the same error, and the command line says the same whichever
 from __future__ import annotations
 
 import contextlib
+import sys
 from enum import Enum
 from pathlib import Path
 from typing import Any, get_args, get_origin
@@ -23,6 +24,7 @@ from tests.helpers.pycli import CLI, in_process
 pytest.importorskip("typer._coercion", reason="only typer 0.2x converts through pydantic")
 
 from gradexplain.cli_conversion import NotConverted, convert, quick_conversion
+from gradexplain.cli_startup import conversion_without_pydantic
 
 TWO_MODULES = "specs/two_modules.yaml"
 
@@ -176,3 +178,21 @@ def test_a_bad_value_is_a_usage_error(args: tuple[str, ...], run: CLI) -> None:
     assert "Traceback" not in result.stderr
     (error,) = [line for line in result.stderr.splitlines() if line.startswith("Error")]
     assert f"'{args[0]}'" in error
+
+
+def test_typer_converts_again_after_the_command() -> None:
+    parameter = typer.core._TyperParameter
+    original = parameter.get_runtime_param
+    with conversion_without_pydantic():
+        assert parameter.get_runtime_param is not original
+    assert parameter.get_runtime_param is original
+
+
+def test_without_the_private_classes_typer_converts_as_ever(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # A typer whose private classes moved: cli_conversion cannot be imported, and typer keeps
+    # its own conversion (the command line works, only slower).
+    monkeypatch.setitem(sys.modules, "gradexplain.cli_conversion", None)
+    original = typer.core._TyperParameter.get_runtime_param
+    with conversion_without_pydantic():
+        assert typer.core._TyperParameter.get_runtime_param is original
