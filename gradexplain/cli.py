@@ -27,7 +27,13 @@ from gradexplain.cli_output import (
     stdout_failure,
     write,
 )
-from gradexplain.cli_startup import completion_without_coercion, plain_validate_files
+from gradexplain.cli_startup import (
+    completion_without_coercion,
+    conversion_without_pydantic,
+    pause_collection,
+    plain_validate_files,
+    resume_collection,
+)
 from gradexplain.errors import GradexplainError, UsageError, first_line
 from gradexplain.sessions import (
     NO_OPTIONS,
@@ -297,6 +303,11 @@ def _session(spec: str | None, load: Path | None, options: RunOptions = NO_OPTIO
 
 def _capture(source: Source) -> Session:
     """Run a spec or Python model, with a progress bar while it runs."""
+    # torch and the capture imported before the run, the end of start-up: the garbage
+    # collector, paused for start-up, is back on for the run.
+    from gradexplain.capture import pipeline  # noqa: F401
+
+    resume_collection()
     if source.spec is not None:
         with _progress_bar() as progress:
             return source.capture(progress)
@@ -359,7 +370,9 @@ def entry() -> NoReturn:
     interpreter down (torch's modules, the session) only costs time. Every file is written
     whole before `main` returns (`files.write_atomic`); only Python's stream buffers remain,
     flushed here. In-process callers (the tests) use `main`, which returns or raises
-    SystemExit as usual."""
+    SystemExit as usual. The garbage collector is paused for start-up (`pause_collection`),
+    until a run begins or the command ends."""
+    pause_collection()
     try:
         main()
         code = 0
@@ -413,7 +426,7 @@ def _main() -> None:
         plain_validate = plain_validate_files(sys.argv[1:])
         if plain_validate is not None:
             sys.exit(_validate_files(plain_validate))
-        with completion_without_coercion():
+        with completion_without_coercion(), conversion_without_pydantic():
             app()
     except GradexplainError as error:
         _say(error)

@@ -8,13 +8,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, TypeVar
+from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
 
-from gradexplain.records.trace import Mode
 from gradexplain.sessions import RunOptions
 from gradexplain.threads import DEFAULT_THREADS, MAX_THREADS
+
+if TYPE_CHECKING:
+    # The records of a run (their dataclasses: 8 ms to import) are no part of `--help`,
+    # `validate` or a completion; `walk` imports them when it runs.
+    from gradexplain.records.trace import Mode
 
 TracebackOption = Annotated[
     bool, typer.Option("--traceback", help="On an error, show the Python traceback too.")

@@ -10,7 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.cli import REPO, SPECS, imported_by, run_cli, torch_imported_by
+from tests.helpers.cli import (
+    REPO,
+    SPECS,
+    imported_by,
+    modules_imported_by,
+    run_cli,
+    torch_imported_by,
+)
 
 ALL_SPECS = sorted(SPECS.glob("*.yaml"))
 
@@ -83,6 +90,10 @@ def test_shell_completion_does_not_import_torch(words: str) -> None:
     (("--help",), None),
     (("validate", "specs/two_modules.yaml", "specs/embedding.yaml"), None),
     ((), "gradexplain walk --fo"),
+    (("walk", "--help"), None),
+    # Values are converted without it (cli_conversion; tests/cli/test_conversion.py).
+    (("walk", "specs/two_modules.yaml", "--format", "json", "--pass", "full", "--hook", "tensor",
+      "--threads", "1", "--max-values", "100", "--module", "module"), None),
 ])
 def test_start_up_paths_do_not_import_pydantic(args: tuple[str, ...], words: str | None) -> None:
     imported = imported_by(*args, env=complete(words) if words else None)
@@ -90,13 +101,31 @@ def test_start_up_paths_do_not_import_pydantic(args: tuple[str, ...], words: str
     assert "pydantic" not in imported
 
 
+@pytest.mark.parametrize(("args", "words"), [
+    (("--help",), None),
+    (("validate", "specs/two_modules.yaml"), None),
+    ((), "gradexplain walk --fo"),
+])
+def test_start_up_paths_do_not_import_the_records(args: tuple[str, ...],
+                                                  words: str | None) -> None:
+    # The records of a run are dozens of dataclasses, slow to define, and none of these
+    # commands has a run to record.
+    imported = modules_imported_by(*args, env=complete(words) if words else None)
+    assert "gradexplain.cli_options" in imported
+    assert not {name for name in imported if name.startswith("gradexplain.records")}
+
+
+def test_the_probe_can_see_the_records() -> None:
+    assert "gradexplain.records.trace" in modules_imported_by("walk", "--load", "nope.json")
+
+
 def test_the_probe_can_see_pydantic() -> None:
-    # The walk command goes through typer's conversion, so the probe can say pydantic, if typer
-    # uses it at all (older typers do not).
+    # A value cli_conversion cannot convert goes on to typer's own conversion, which uses
+    # pydantic if this typer does at all (older typers do not): the probe can say pydantic.
     from importlib.util import find_spec
 
     typer_converts_with_pydantic = find_spec("typer._adapters") is not None
-    imported = imported_by("walk", "--help")
+    imported = imported_by("walk", "specs/two_modules.yaml", "--threads", "many")
     assert ("pydantic" in imported) == typer_converts_with_pydantic
 
 

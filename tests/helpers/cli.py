@@ -37,13 +37,17 @@ def run_cli(*args: str, cwd: Path | None = None) -> Result:
 
 def imported_by(*args: str, env: dict[str, str] | None = None) -> set[str]:
     """Run the CLI in-process in a fresh interpreter; the top-level packages it imported."""
+    return {name.split(".")[0] for name in modules_imported_by(*args, env=env)}
+
+
+def modules_imported_by(*args: str, env: dict[str, str] | None = None) -> set[str]:
+    """Run the CLI in-process in a fresh interpreter; every module it imported, by full name."""
     code = (
         "import sys\n"
         f"sys.argv = ['gradexplain', *{list(args)!r}]\n"
         "from gradexplain.cli import main\n"
         "try:\n    main()\nexcept SystemExit:\n    pass\n"
-        "print('IMPORTED=' + ' '.join(sorted({name.split('.')[0] for name in sys.modules})),"
-        " file=sys.stderr)\n"
+        "print('IMPORTED=' + ' '.join(sorted(sys.modules)), file=sys.stderr)\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           cwd=REPO, env={**os.environ, **(env or {})}, timeout=120, check=False)
