@@ -1,14 +1,16 @@
-"""What `walk` and `diff` print in each format, chosen in one place: a string (JSON, markdown)
-or a rich renderable (text), for `cli` to print. Renderers return values; nothing prints here.
+"""What `walk` and `diff` print in each format, chosen in one place: JSON as pieces of text
+made as they are printed (`json_stream`), markdown as a string, text as a rich renderable, for
+`cli` to print. Renderers return values; nothing prints here.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from rich.console import RenderableType
 
     from gradexplain.analysis.order import FiringOrder
@@ -16,29 +18,29 @@ if TYPE_CHECKING:
     from gradexplain.records.pinned import PinnedView
     from gradexplain.records.walk import Walk
 
+    # JSON as pieces of text, UTF-8 as is (compact; indented by one space with `pretty`),
+    # ending in a newline; markdown as one string; text as a renderable.
+    Output = Iterator[str] | str | RenderableType
+
 OutputFormat = Literal["text", "json", "markdown"]
-
-
-def json_text(document: object) -> str:
-    """A JSON document as gradexplain prints it: UTF-8 as is, one space of indent, a newline."""
-    return json.dumps(document, ensure_ascii=False, indent=1) + "\n"
 
 
 def walk_output(walk: Walk, view: PinnedView | None, orders: Sequence[FiringOrder] | None,
                 output_format: OutputFormat, collapse: bool = True,
-                timeline: bool = False) -> str | RenderableType:
+                timeline: bool = False, pretty: bool = False) -> Output:
     """The walk in `output_format`, with the firing orders when asked for (`orders` not None;
     JSON then has its `firing_order` key even when no pass made a hook call). Text and
     markdown open with `view` (the answer, the pinned chain rule; None: the walk's own, without
     the answer); text shows the passes' timelines only with `timeline`, markdown always."""
     if output_format == "json":
         from gradexplain.records.codec import to_data
-        from gradexplain.render.json_walk import walk_json
+        from gradexplain.render.json_stream import json_chunks
+        from gradexplain.render.json_walk import walk_document
 
-        document = walk_json(walk)
+        document = walk_document(walk)
         if orders is not None:
             document["firing_order"] = [to_data(item) for item in orders]
-        return json_text(document)
+        return json_chunks(document, pretty)
     if output_format == "markdown":
         from gradexplain.render.markdown import blocks
         from gradexplain.render.markdown_walk import walk_markdown
@@ -56,17 +58,18 @@ def walk_output(walk: Walk, view: PinnedView | None, orders: Sequence[FiringOrde
 
 
 def diff_output(result: HookDiff, walk: Walk, view: PinnedView,
-                output_format: OutputFormat) -> str | RenderableType:
+                output_format: OutputFormat, pretty: bool = False) -> Output:
     """Legacy against full hooks in `output_format`, then the chain rule with each module
     hook's argument at its step (`view` of `walk`); JSON adds walk's chain rule, which each
     side's `step` points into."""
     if output_format == "json":
-        from gradexplain.render.json_diff import diff_json
+        from gradexplain.render.json_diff import diff_document
+        from gradexplain.render.json_stream import json_chunks
         from gradexplain.render.json_walk import chain_rule_json
 
-        document = diff_json(result)
+        document = diff_document(result)
         document["chain_rule"] = chain_rule_json(walk.derivations)
-        return json_text(document)
+        return json_chunks(document, pretty)
     if output_format == "markdown":
         from gradexplain.render.markdown import blocks, heading
         from gradexplain.render.markdown_diff import diff_markdown
@@ -82,4 +85,4 @@ def diff_output(result: HookDiff, walk: Walk, view: PinnedView,
     return Group(diff_text(result), *(pinned_text(item) for item in view.derivations))
 
 
-__all__ = ["OutputFormat", "diff_output", "json_text", "walk_output"]
+__all__ = ["Output", "OutputFormat", "diff_output", "walk_output"]
