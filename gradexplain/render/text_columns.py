@@ -11,8 +11,8 @@ renderables, no torch.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 
 from rich.console import Console, ConsoleOptions, RenderResult
 from rich.text import Text
@@ -39,13 +39,19 @@ MIN_NAME = 16
 
 @dataclass(frozen=True)
 class Row:
-    """One argument: its name, what it means (styled as `meaning_style`), its value, its mark."""
+    """One argument: its name, what it means (styled as `meaning_style`), its value, its mark;
+    `shown`, the value on one line (`fmt_value`), made once: the columns are measured by it
+    and the row laid out with it, and a summary is a pass over every element."""
 
     name: str
     meaning: str
     value: TensorValue | None
     mark: Text
     meaning_style: str = ""
+    shown: str = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "shown", fmt_value(self.value))
 
 
 @dataclass(frozen=True)
@@ -68,7 +74,7 @@ class Columns:
                    max((len(row.meaning) for row in rows), default=0),
                    max(marks, default=0),
                    max((len(word) for row in rows for word in row.meaning.split()), default=0),
-                   max((len(fmt_value(row.value)) for row in rows), default=0))
+                   max((len(row.shown) for row in rows), default=0))
 
     def widths(self, width: int) -> tuple[int, int, int]:
         """(name, meaning, value) widths at a print width: the value takes what is left, at
@@ -99,7 +105,10 @@ class Rows:
     columns: Columns
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        width = options.max_width
+        yield from self.text_lines(options.max_width)
+
+    def text_lines(self, width: int) -> Iterator[Text]:
+        """The lines at `width`, for rich or `plain.py`."""
         for row in self.rows:
             yield from row_texts(row, self.columns, width)
 
@@ -110,7 +119,7 @@ def row_texts(row: Row, columns: Columns, width: int) -> list[Text]:
     # A name wider than its column (the column gave way to the value) is broken after its dots.
     name = [row.name] if len(row.name) <= name_width else name_lines(row.name, name_width)
     meaning = word_lines(row.meaning, meaning_width) if meaning_width else [""]
-    value = value_lines(row.value, value_width)
+    value = value_lines(row.value, value_width, row.shown)
     plain = row_lines([name, meaning, value], [name_width, meaning_width, value_width])
     texts = [Text(line) for line in plain]
     if row.meaning_style and meaning_width:
