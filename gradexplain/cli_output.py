@@ -95,13 +95,16 @@ def _drop_stdout() -> None:
 
 def show(output: Output) -> None:
     """A rendered output on stdout: text as it is, pieces of text as they are made (JSON), a
-    rich renderable laid out (`_show_rich`)."""
-    if isinstance(output, str):
-        echo(output, nl=False)
-    elif isinstance(output, Iterator):
-        _show_pieces(output)
-    else:
-        _show_rich(output)
+    rich renderable laid out (`_show_rich`); the cycle collector paused meanwhile."""
+    from gradexplain.render.outputs import paused_gc
+
+    with paused_gc():
+        if isinstance(output, str):
+            echo(output, nl=False)
+        elif isinstance(output, Iterator):
+            _show_pieces(output)
+        else:
+            _show_rich(output)
 
 
 def _show_pieces(pieces: Iterator[str]) -> None:
