@@ -96,9 +96,9 @@ def _drop_stdout() -> None:
 def show(output: Output) -> None:
     """A rendered output on stdout: text as it is, pieces of text as they are made (JSON), a
     rich renderable laid out (`_show_rich`); the cycle collector paused meanwhile."""
-    from gradexplain.render.outputs import paused_gc
+    from gradexplain.collector import collector_paused
 
-    with paused_gc():
+    with collector_paused():
         if isinstance(output, str):
             echo(output, nl=False)
         elif isinstance(output, Iterator):

@@ -5,12 +5,14 @@ made as they are printed (`json_stream`), markdown as a string, text as a rich r
 
 from __future__ import annotations
 
-import gc
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Literal
 
+from gradexplain.collector import collector_paused
+
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from rich.console import RenderableType
 
     from gradexplain.analysis.order import FiringOrder
@@ -23,22 +25,10 @@ if TYPE_CHECKING:
     Output = Iterator[str] | str | RenderableType
 
 OutputFormat = Literal["text", "json", "markdown"]
-
-
-@contextmanager
-def paused_gc() -> Iterator[None]:
-    """Python's cycle collector paused while an output is made and printed. Rendering makes
-    hundreds of thousands of objects that live until printed, and no cycles to speak of
-    (a 300-layer timeline left ~10,000 objects to it); the collector, run every 700 new
-    objects, walked them and the session's again and again: a third of that timeline's time.
-    Whatever cycles are left are collected as ever once it resumes."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
+# Text and markdown are made with the cycle collector paused (`collector_paused`): a
+# 300-layer timeline's renderables are hundreds of thousands of objects, no cycles to speak
+# of (it left ~10,000 objects to the collector), and the collector's sweeps over them and
+# the session took a third of its time. `cli_output.show` prints them so too.
 
 
 def walk_output(walk: Walk, view: PinnedView | None, orders: Sequence[FiringOrder] | None,
@@ -62,7 +52,7 @@ def walk_output(walk: Walk, view: PinnedView | None, orders: Sequence[FiringOrde
         from gradexplain.render.markdown_walk import walk_markdown
         from gradexplain.render.order import order_markdown
 
-        with paused_gc():
+        with collector_paused():
             return blocks(walk_markdown(walk, view),
                           *(order_markdown(item, 2) for item in orders or ()))
     from rich.console import Group
@@ -70,7 +60,7 @@ def walk_output(walk: Walk, view: PinnedView | None, orders: Sequence[FiringOrde
     from gradexplain.render.order import order_text
     from gradexplain.render.text_walk import walk_text
 
-    with paused_gc():
+    with collector_paused():
         return Group(walk_text(walk, view, collapse=collapse, timeline=timeline),
                      *(order_text(item) for item in orders or ()))
 
@@ -93,7 +83,7 @@ def diff_output(result: HookDiff, walk: Walk, view: PinnedView,
         from gradexplain.render.markdown_diff import diff_markdown
         from gradexplain.render.markdown_pinned import pinned_markdown
 
-        with paused_gc():
+        with collector_paused():
             return blocks(diff_markdown(result), heading(2, "Chain rule"),
                           pinned_markdown(view.derivations, walk.naming, 3))
     from rich.console import Group
@@ -101,8 +91,8 @@ def diff_output(result: HookDiff, walk: Walk, view: PinnedView,
     from gradexplain.render.text_diff import diff_text
     from gradexplain.render.text_pinned import pinned_text
 
-    with paused_gc():
+    with collector_paused():
         return Group(diff_text(result), *(pinned_text(item) for item in view.derivations))
 
 
-__all__ = ["Output", "OutputFormat", "diff_output", "paused_gc", "walk_output"]
+__all__ = ["Output", "OutputFormat", "diff_output", "walk_output"]

@@ -64,22 +64,3 @@ def test_json_has_the_contract_keys(two_modules: Walk) -> None:
 def test_fmt_is_one_format() -> None:
     assert [fmt(0.187463641166687), fmt(-0.041204508394002914), fmt(6.0), fmt(-0.0)] == [
         "0.18746", "-0.041205", "6", "0"]
-
-
-def test_the_cycle_collector_resumes_after_an_output_as_it_was() -> None:
-    import gc
-
-    from gradexplain.render.outputs import paused_gc
-
-    assert gc.isenabled()
-    with pytest.raises(RuntimeError), paused_gc():
-        assert not gc.isenabled()
-        raise RuntimeError("a renderer's bug")
-    assert gc.isenabled()
-    gc.disable()
-    try:
-        with paused_gc():
-            pass
-        assert not gc.isenabled()  # left off by whoever turned it off
-    finally:
-        gc.enable()
