@@ -21,8 +21,10 @@ from rich.segment import Segment
 from rich.text import Text
 
 # Renderables that lay themselves out into `Text`s by width: their `text_lines(width)`
-# yields what their `__rich_console__` would, so that each line takes the fast path too.
+# yields what their `__rich_console__` would, so that each line takes the fast path too; or,
+# better, `plain_lines(width)` yields those Texts' characters alone (no Text made).
 LinesAt = Callable[[int], Iterable[RenderableType]]
+PlainAt = Callable[[int], Iterable[str]]
 
 
 def plain_lines(console: Console, renderable: RenderableType, width: int) -> list[str]:
@@ -51,6 +53,14 @@ def _add(lines: list[str], console: Console, renderable: RenderableType, width: 
              (indent or "") + " " * renderable.left)
         return
     else:
+        plain_at: PlainAt | None = getattr(renderable, "plain_lines", None)
+        if plain_at is not None:
+            for plain in plain_at(width):
+                if _plain_line(plain, width):
+                    lines.append((indent or "") + plain)
+                else:
+                    _add(lines, console, Text(plain), width, indent)
+            return
         text_lines: LinesAt | None = getattr(renderable, "text_lines", None)
         if text_lines is not None:
             for item in text_lines(width):
@@ -63,8 +73,13 @@ def _add(lines: list[str], console: Console, renderable: RenderableType, width: 
 def _one_line(text: Text, plain: str, width: int) -> bool:
     """Whether rich prints `text` as its characters: one line that fits, left-justified, no
     tab to expand, ending its line."""
-    return ("\n" not in plain and "\t" not in plain and text.end == "\n"
-            and text.justify in (None, "default", "left") and _fits(plain, width))
+    return (text.end == "\n" and text.justify in (None, "default", "left")
+            and _plain_line(plain, width))
+
+
+def _plain_line(plain: str, width: int) -> bool:
+    """Whether rich prints a `Text(plain)` as its characters: one line that fits, no tab."""
+    return "\n" not in plain and "\t" not in plain and _fits(plain, width)
 
 
 # Characters rich measures one cell wide, met so far: most lines hold only these, and are
