@@ -133,6 +133,7 @@ def walk(
     order: option.OrderOption = False,
     all_blocks: option.AllBlocksOption = False,
     timeline: option.TimelineOption = False,
+    pretty: option.PrettyOption = False,
     input_shapes: option.InputOption = None,
     inputs_file: option.InputsOption = None,
     loss: option.LossOption = None,
@@ -175,7 +176,7 @@ def walk(
             else session_view(session, shown, module, kinds))
     orders = first_firing_orders(session.passes(modes)) if order else None
     show(walk_output(shown, view, orders, output_format.value, collapse=not all_blocks,
-                       timeline=timeline))
+                     timeline=timeline, pretty=pretty))
     _exit_on_failures(session)
     if any(item.out_of_order for item in orders or ()):
         raise typer.Exit(1)
@@ -187,6 +188,7 @@ def diff(
     output_format: option.FormatOption = option.Format.text,
     module: option.ModuleOption = None,
     load: option.LoadOption = None,
+    pretty: option.PrettyOption = False,
     input_shapes: option.InputOption = None,
     inputs_file: option.InputsOption = None,
     loss: option.LossOption = None,
@@ -214,7 +216,7 @@ def diff(
     result = select_diff(compare(session), module)
     shown = select(session.walk, ("legacy", "full"), module, BACKWARD_HOOKS)
     view = pinned_view(shown, None, filtered=True)
-    show(diff_output(result, shown, view, output_format.value))
+    show(diff_output(result, shown, view, output_format.value, pretty))
     _exit_on_failures(session)
 
 

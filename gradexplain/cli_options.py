@@ -177,6 +177,11 @@ AllBlocksOption = Annotated[
     typer.Option("--all-blocks", help="Text output: print every repeated block in full "
                  "instead of folding identical ones after the first."),
 ]
+PrettyOption = Annotated[
+    bool,
+    typer.Option("--pretty", help="JSON output: one key or item per line, indented, for "
+                 "people (the same document; compact by default)."),
+]
 TimelineOption = Annotated[
     bool,
     typer.Option("--timeline", help="Text output: also print each pass's timeline, every "

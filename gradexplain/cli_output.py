@@ -11,6 +11,7 @@ import io
 import os
 import sys
 import warnings
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,29 +24,35 @@ from gradexplain.user_output import MAX_LINE, our_stderr
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
+    from gradexplain.render.outputs import Output
 
-def write(path: Path, text: str) -> None:
-    """Write an output file atomically: on failure the old file keeps its bytes."""
+
+def write(path: Path, text: str | Iterable[str]) -> None:
+    """Write an output file atomically, whole or in pieces as they are made: on failure the
+    old file keeps its bytes."""
     from gradexplain.files import write_atomic
 
     try:
-        write_atomic(path, safe_text(text))
+        write_atomic(path, safe_text(text) if isinstance(text, str)
+                     else map(safe_text, text))
     except (OSError, UnicodeError) as error:
         reason = getattr(error, "strerror", None) or type(error).__name__
         raise UsageError(f"cannot write {path}: {reason}") from error
 
 
-def _emit(text: str, nl: bool = True) -> None:
-    """Text on stdout. A reader that went away (`| head -1`) ends the output quietly: stdout
-    goes to /dev/null and the command finishes with its own exit code. Any other failure (a
-    full disk) is one line, exit 2. Either way nothing is left in Python's buffer to fail
-    again, noisily, at exit."""
+def _emit(text: str, nl: bool = True) -> bool:
+    """Text on stdout; whether it was written. A reader that went away (`| head -1`) ends the
+    output quietly: stdout goes to /dev/null and the command finishes with its own exit code.
+    Any other failure (a full disk) is one line, exit 2. Either way nothing is left in
+    Python's buffer to fail again, noisily, at exit."""
     try:
         typer.echo(text, nl=nl)
     except OSError as error:
         failure = stdout_failure(error)
         if failure is not None:
             raise failure from error
+        return False
+    return True
 
 
 def stdout_failure(error: OSError) -> OutputError | None:
@@ -86,12 +93,28 @@ def _drop_stdout() -> None:
     os.close(devnull)
 
 
-def show(output: str | RenderableType) -> None:
-    """A rendered output on stdout: text as it is, a rich renderable laid out (`_show_rich`)."""
-    if isinstance(output, str):
-        echo(output, nl=False)
-    else:
-        _show_rich(output)
+def show(output: Output) -> None:
+    """A rendered output on stdout: text as it is, pieces of text as they are made (JSON), a
+    rich renderable laid out (`_show_rich`); the cycle collector paused meanwhile."""
+    from gradexplain.collector import collector_paused
+
+    with collector_paused():
+        if isinstance(output, str):
+            echo(output, nl=False)
+        elif isinstance(output, Iterator):
+            _show_pieces(output)
+        else:
+            _show_rich(output)
+
+
+def _show_pieces(pieces: Iterator[str]) -> None:
+    """Each piece as it comes, escaped (`safe_text` escapes character by character, so the
+    pieces escaped are the text escaped); the rest is not made once the reader went away."""
+    from gradexplain.render.json_stream import batched
+
+    for text in batched(pieces):
+        if not _emit(safe_text(text), nl=False):
+            return
 
 
 def _show_rich(renderable: RenderableType) -> None:

@@ -169,13 +169,17 @@ def _same_file(one: Path, other: Path) -> bool:
         return False
 
 
-def write_atomic(path: Path, text: str) -> None:
+def write_atomic(path: Path, text: str | Iterable[str]) -> None:
     """Write `text` (UTF-8) to `path` all at once: a temporary file beside it, then a rename.
-    A symlink is written through to its target. OSError or UnicodeError if it cannot be, with
-    the temporary file removed and the old `path` as it was."""
+    `text` may come in pieces, each written as it is made (a JSON document too big to hold
+    whole): SIGINT and SIGTERM then wait for the last piece too. A symlink is written through
+    to its target. OSError or UnicodeError (or whatever making a piece raised) if it cannot
+    be, with the temporary file removed and the old `path` as it was."""
     import tempfile  # here: `validate` reads specs and never writes, and starts fast
 
-    data = text.encode("utf-8")  # before any file is made: a lone surrogate fails here
+    # Text whole is encoded before any file is made: a lone surrogate fails here.
+    pieces: Iterable[bytes] = ([text.encode("utf-8")] if isinstance(text, str)
+                               else (piece.encode("utf-8") for piece in text))
     target = Path(os.path.realpath(path))
     with _signals_held():
         descriptor, temporary = tempfile.mkstemp(dir=target.parent,
@@ -183,7 +187,8 @@ def write_atomic(path: Path, text: str) -> None:
                                                  suffix=".tmp")
         try:
             with os.fdopen(descriptor, "wb") as handle:
-                handle.write(data)
+                for data in pieces:
+                    handle.write(data)
                 handle.flush()
                 os.fsync(handle.fileno())
             os.chmod(temporary, _mode_for(target))

@@ -7,6 +7,7 @@ import os
 import signal
 import stat
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -210,3 +211,21 @@ def test_a_dangling_symlink_names_the_folder_it_points_into(
     # A plain missing folder keeps the spelling the user gave.
     with pytest.raises(UsageError, match="the folder nowhere does not exist"):
         check_output(Path("nowhere/x.md"), "-o")
+
+
+def test_a_write_in_pieces_that_fails_midway_keeps_the_old_file(tmp_path: Path) -> None:
+    target = tmp_path / "walk.json"
+    target.write_bytes(OLD)
+
+    def pieces() -> Iterator[str]:
+        yield '{"passes":['
+        yield "1," * 100_000
+        raise RuntimeError("a bug while making the document")
+
+    with pytest.raises(RuntimeError):
+        write_atomic(target, pieces())
+    assert target.read_bytes() == OLD
+    assert names_in(tmp_path) == ["walk.json"]
+    write_atomic(target, iter(['{"passes":', "[1, 2]", "}\n"]))
+    assert target.read_text(encoding="utf-8") == '{"passes":[1, 2]}\n'
+    assert names_in(tmp_path) == ["walk.json"]

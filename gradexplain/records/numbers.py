@@ -71,6 +71,14 @@ def summary_parts(value: TensorValue) -> list[str]:
 def _flatten(value: Nested | None) -> list[float]:
     if value is None:
         return []
-    if isinstance(value, list):
-        return [item for part in value for item in _flatten(part)]
-    return [float(value)]
+    if not isinstance(value, list):
+        return [float(value)]
+    # A tensor's lists nest evenly: one level flattened at a time, not one call per number
+    # (the text timeline summarises tens of thousands of values).
+    flat: list[Nested] = value
+    try:
+        while flat and isinstance(flat[0], list):
+            flat = [item for part in flat for item in part]  # type: ignore[union-attr]
+        return [float(item) for item in flat]  # type: ignore[arg-type]
+    except TypeError:  # lists nested unevenly (never a tensor's): one by one
+        return [number for part in value for number in _flatten(part)]

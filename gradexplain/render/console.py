@@ -10,6 +10,7 @@ import sys
 from rich.console import Console, RenderableType
 from rich.segment import Segment, Segments
 
+from gradexplain.render.plain import plain_lines
 from gradexplain.safe_text import safe_text
 
 PIPE_WIDTH = 100
@@ -29,12 +30,13 @@ def safe_print(console: Console, renderable: RenderableType) -> None:
 
 
 def plain_text(renderable: RenderableType, width: int = PIPE_WIDTH) -> str:
-    # A file of its own: even capturing, rich writes (nothing) to its file and flushes it, which
-    # on stdout to a full disk raises before the text is printed where the CLI catches it.
+    """`renderable` as rich lays it out at `width`, without colour, each line escaped
+    (`safe_text`) and without trailing spaces; what is plain laid out without rich
+    (`plain.py`: the same characters, at a fraction of the cost)."""
+    # A file of its own: rich writes (nothing) to its file and flushes it, which on stdout to
+    # a full disk would raise before the text is printed where the CLI catches it.
     console = Console(file=_Sink(), width=width, no_color=True, color_system=None)
-    with console.capture() as captured:
-        safe_print(console, renderable)
-    return "\n".join(line.rstrip() for line in captured.get().splitlines())
+    return "\n".join(safe_text(line).rstrip() for line in plain_lines(console, renderable, width))
 
 
 class _Sink(io.StringIO):

@@ -38,11 +38,12 @@ NUMERIC_TUPLE = re.compile(r"\(-?\d+(?:\.\d+)?,")
 _NAME_PARTS = re.compile(r"\s+|[^\s.]*\.|[^\s.]+")
 
 
-def value_lines(value: TensorValue | None, width: int) -> list[str]:
-    """A value laid out in `width` columns (see the module docstring)."""
+def value_lines(value: TensorValue | None, width: int, whole: str | None = None) -> list[str]:
+    """A value laid out in `width` columns (see the module docstring); `whole`, its
+    `fmt_value` when the caller has it already."""
     if value is None:
         return ["None"]
-    whole = fmt_value(value)
+    whole = fmt_value(value) if whole is None else whole
     if len(whole) <= width:
         return [whole]
     shown_in_full = value.value is not None and math.prod(value.shape) <= TEXT_ELEMENTS

@@ -9,18 +9,26 @@ from __future__ import annotations
 from typing import Any
 
 from gradexplain.records.diff import ArgRow, CallDiff, HookDiff, ModuleDiff
+from gradexplain.render.json_stream import Fields, Items, built
 from gradexplain.render.json_walk import arg_json
 
 SCHEMA = "gradexplain.diff/1"
 
 
 def diff_json(diff: HookDiff) -> dict[str, Any]:
-    result: dict[str, Any] = {
+    """The diff's JSON document as plain dicts and lists."""
+    document: dict[str, Any] = built(diff_document(diff))
+    return document
+
+
+def diff_document(diff: HookDiff) -> Fields:
+    """The diff's JSON document, each module made as it is written (`json_stream`)."""
+    result = Fields({
         "schema": SCHEMA,
         "torch": diff.torch,
         "spec": diff.spec,
-        "modules": [_module(module) for module in diff.modules],
-    }
+        "modules": Items(map(_module, diff.modules)),
+    })
     if diff.graph_changed:
         result["graph_changed"] = diff.graph_changed
     return result

@@ -1,4 +1,5 @@
-"""`walk --format json`: the contract of DESIGN section 5, as a dict ready for json.dumps."""
+"""`walk --format json`: the contract of DESIGN section 5, as a document `json_stream` writes
+(each event made as it is written) or builds whole (`walk_json`)."""
 
 from __future__ import annotations
 
@@ -19,42 +20,54 @@ from gradexplain.records.walk import (
     PassWalk,
     Walk,
 )
+from gradexplain.render.json_stream import Fields, Items, built
 
 SCHEMA = "gradexplain.walk/1"
 
 
 def walk_json(walk: Walk) -> dict[str, Any]:
-    return {
+    """The walk's JSON document as plain dicts and lists."""
+    document: dict[str, Any] = built(walk_document(walk))
+    return document
+
+
+def walk_document(walk: Walk) -> Fields:
+    """The walk's JSON document, its events and runs made as they are written."""
+    return Fields({
         "schema": SCHEMA,
         "torch": walk.torch,
         "spec": walk.spec,
-        "passes": [_pass(walk_pass) for walk_pass in walk.passes],
+        "passes": Items(map(_pass, walk.passes)),
         # Beyond the contract's keys: every call in order, with .grad around it and errors.
-        "runs": [to_data(step) for step in walk.runs],
+        "runs": Items(map(to_data, walk.runs)),
         # Beyond the contract: the chain rule each argument's `step` points into.
-        "chain_rule": chain_rule_json(walk.derivations),
+        "chain_rule": Items(map(_derivation_json, walk.derivations)),
         "lessons": to_data(walk.lessons),
-    }
+    })
 
 
-def chain_rule_json(derivations: Sequence[Derivation]) -> list[Any]:
+def chain_rule_json(derivations: Sequence[Derivation]) -> Items:
     """The derivations field by field, each term's check without its `expected` tensor (the
     term's own value, when verified; the walk's JSON keeps checks as verdicts)."""
-    return [to_data(replace(derivation, lines=tuple(
+    return Items(map(_derivation_json, derivations))
+
+
+def _derivation_json(derivation: Derivation) -> Any:
+    return to_data(replace(derivation, lines=tuple(
         replace(line, terms=tuple(
             replace(term, check=None if term.check is None
                     else replace(term.check, expected=None)) for term in line.terms))
-        for line in derivation.lines))) for derivation in derivations]
+        for line in derivation.lines)))
 
 
-def _pass(walk_pass: PassWalk) -> dict[str, Any]:
-    result: dict[str, Any] = {
+def _pass(walk_pass: PassWalk) -> Fields:
+    result = Fields({
         "mode": walk_pass.mode,
-        "events": [_event(event) for event in walk_pass.events],
+        "events": Items(map(_event, walk_pass.events)),
         "grads": {grad.name: _plain(grad.value) for grad in walk_pass.grads},
         # Beyond the contract: the modules torch refuses full hooks on, and why.
         "refusals": [refusal_json(refusal) for refusal in walk_pass.refusals],
-    }
+    })
     if walk_pass.graph_changed:
         result["graph_changed"] = walk_pass.graph_changed
     if walk_pass.user_hooks:
@@ -145,9 +158,28 @@ def _check(check: Check) -> dict[str, Any]:
 
 
 def _plain(value: TensorValue | None) -> Any:
+    """The values as JSON holds them: the record's own lists when every number is finite
+    (checked once for the tensor), else a copy with null for each NaN and infinity."""
     if value is None or value.value is None:
         return None
-    return _nested(value.value)
+    return value.value if _finite(value.value) else _nested(value.value)
+
+
+def _finite(value: Nested) -> bool:
+    """Whether every number of `value` is finite: its sum is (an infinity or NaN makes the
+    sum one; a sum too large for a float only sends the value the slow way)."""
+    try:
+        return math.isfinite(_total(value))
+    except (OverflowError, TypeError):
+        return False
+
+
+def _total(value: Nested) -> float:
+    if not isinstance(value, list):
+        return value
+    if value and isinstance(value[0], list):
+        return sum(map(_total, value))
+    return sum(value)  # type: ignore[arg-type]  # the innermost list: numbers
 
 
 def _nested(value: Nested) -> Any:

@@ -21,8 +21,10 @@ def select(walk: Walk, modes: Collection[Mode], module: str | None,
     """Keep the passes in `modes`, and the events of `hooks` (all if empty) that belong to
     `module` or below it (all if None): its module hooks and its tensors' hooks."""
     passes = tuple(
-        replace(walk_pass, events=tuple(event for event in walk_pass.events
-                                        if _keeps(event, module, hooks)))
+        # Without a filter every event is kept: the pass as it is (a deep model's are long).
+        walk_pass if not module and not hooks
+        else replace(walk_pass, events=tuple(event for event in walk_pass.events
+                                             if _keeps(event, module, hooks)))
         for walk_pass in walk.passes if walk_pass.mode in modes
     )
     return replace(walk, passes=passes)

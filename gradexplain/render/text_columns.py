@@ -11,10 +11,12 @@ renderables, no torch.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 
 from rich.console import Console, ConsoleOptions, RenderResult
+from rich.control import strip_control_codes
+from rich.style import Style
 from rich.text import Text
 
 from gradexplain.records.numbers import fmt_value
@@ -39,13 +41,19 @@ MIN_NAME = 16
 
 @dataclass(frozen=True)
 class Row:
-    """One argument: its name, what it means (styled as `meaning_style`), its value, its mark."""
+    """One argument: its name, what it means (styled as `meaning_style`), its value, its mark;
+    `shown`, the value on one line (`fmt_value`), made once: the columns are measured by it
+    and the row laid out with it, and a summary is a pass over every element."""
 
     name: str
     meaning: str
     value: TensorValue | None
     mark: Text
     meaning_style: str = ""
+    shown: str = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "shown", fmt_value(self.value))
 
 
 @dataclass(frozen=True)
@@ -68,7 +76,7 @@ class Columns:
                    max((len(row.meaning) for row in rows), default=0),
                    max(marks, default=0),
                    max((len(word) for row in rows for word in row.meaning.split()), default=0),
-                   max((len(fmt_value(row.value)) for row in rows), default=0))
+                   max((len(row.shown) for row in rows), default=0))
 
     def widths(self, width: int) -> tuple[int, int, int]:
         """(name, meaning, value) widths at a print width: the value takes what is left, at
@@ -99,37 +107,68 @@ class Rows:
     columns: Columns
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        width = options.max_width
+        yield from self.text_lines(options.max_width)
+
+    def text_lines(self, width: int) -> Iterator[Text]:
+        """The lines at `width`, styled, for rich."""
         for row in self.rows:
             yield from row_texts(row, self.columns, width)
+
+    def plain_lines(self, width: int) -> Iterator[str]:
+        """The same lines without their styles, for `plain.py` (no Text made)."""
+        for row in self.rows:
+            yield from _row_layout(row, self.columns, width)[0]
+
+
+# A style over characters `start` to `end` of line `line`: (line, start, end, style).
+Styled = tuple[int, int, int, str | Style]
 
 
 def row_texts(row: Row, columns: Columns, width: int) -> list[Text]:
     """One row as lines of at most `width` characters (unless a single piece is wider)."""
+    lines, styles = _row_layout(row, columns, width)
+    texts = [Text(line) for line in lines]
+    for line, start, end, style in styles:
+        texts[line].stylize(style, start, end)
+    return texts
+
+
+def _row_layout(row: Row, columns: Columns, width: int) -> tuple[list[str], list[Styled]]:
+    """`row_texts`'s lines as plain strings, and where their styles go."""
     name_width, meaning_width, value_width = columns.widths(width)
     # A name wider than its column (the column gave way to the value) is broken after its dots.
     name = [row.name] if len(row.name) <= name_width else name_lines(row.name, name_width)
     meaning = word_lines(row.meaning, meaning_width) if meaning_width else [""]
-    value = value_lines(row.value, value_width)
-    plain = row_lines([name, meaning, value], [name_width, meaning_width, value_width])
-    texts = [Text(line) for line in plain]
+    value = value_lines(row.value, value_width, row.shown)
+    # Without the control codes a rich Text drops from its characters, as it would.
+    lines = [strip_control_codes(line) for line in
+             row_lines([name, meaning, value], [name_width, meaning_width, value_width])]
+    styles: list[Styled] = []
     if row.meaning_style and meaning_width:
         start = name_width + GAP
-        for text in texts:
-            text.stylize(row.meaning_style, start, start + meaning_width)
+        styles += [(index, start, start + meaning_width, row.meaning_style)
+                   for index in range(len(lines))]
     if not row.mark:
-        return texts
+        return lines, styles
     mark_at = name_width + GAP + (meaning_width + GAP if meaning_width else 0) + value_width + GAP
-    last = texts[len(value) - 1]
+    last = len(value) - 1
     if mark_at + len(row.mark) <= width:
-        last.append(" " * max(1, mark_at - len(last)))
-        last.append_text(row.mark)
+        at = len(lines[last]) + max(1, mark_at - len(lines[last]))
+        lines[last] = lines[last].ljust(at) + row.mark.plain
+        styles += _mark_styles(row.mark, last, at)
     else:
         # Too long for the line: on lines of its own, under the value.
         indent = mark_at - value_width - GAP
         for line in word_lines(row.mark.plain, width - indent):
-            texts.append(Text(" " * indent) + Text(line, style=row.mark.style))
-    return texts
+            lines.append(" " * indent + line)
+            styles.append((len(lines) - 1, indent, indent + len(line), row.mark.style))
+    return lines, styles
+
+
+def _mark_styles(mark: Text, line: int, at: int) -> list[Styled]:
+    """The mark's style and spans, for the mark placed at column `at` of `line`."""
+    styles: list[Styled] = [(line, at, at + len(mark), mark.style)] if mark.style else []
+    return styles + [(line, at + span.start, at + span.end, span.style) for span in mark.spans]
 
 
 __all__ = ["Columns", "Row", "Rows", "row_texts"]

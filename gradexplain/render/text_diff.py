@@ -106,7 +106,11 @@ class CallLines:
 
     def __rich_console__(self, console: Console, options: ConsoleOptions
                          ) -> Iterator[Text]:
-        columns = Columns(max(60, min(options.max_width, MOST)))
+        yield from self.text_lines(options.max_width)
+
+    def text_lines(self, width: int) -> Iterator[Text]:
+        """The lines at `width`, for rich or `plain.py`."""
+        columns = Columns(max(60, min(width, MOST)))
         title, legacy, full = call_headings(self.module, self.call)
         if not self.call.rows:  # why is among the findings below
             yield _line(columns, [(title, "bold"), ("neither hook fired", "dim"), ("", "")],

@@ -101,10 +101,12 @@ def _notes(walk_pass: PassWalk) -> list[RenderableType]:
 def _pass(walk_pass: PassWalk, collapse: bool) -> RenderableType:
     parts: list[RenderableType] = [Text(PASS_TITLES[walk_pass.mode], style="bold underline"),
                                    *_notes(walk_pass)]
+    # Each event's rows made once: they set the columns, then are laid out in them.
+    events = [(event, _arg_rows(event)) for event in walk_pass.events]
     # One set of columns for the whole pass, so they do not shift from event to event.
-    columns = Columns.of(row for event in walk_pass.events for row in _arg_rows(event))
-    parts += fold_repeats(walk_pass.events, lambda event: _event(event, columns),
-                          _event_outline, "events", collapse)
+    columns = Columns.of(row for _, rows in events for row in rows)
+    parts += fold_repeats(events, lambda item: _event(*item, columns),
+                          lambda item: _event_outline(item[0]), "events", collapse)
     if walk_pass.grads:
         rows = tuple(Row(f"{grad.name}.grad =", "", grad.value,
                          _changed_mark(grad.modified_by) or check_mark(grad.check))
@@ -117,7 +119,7 @@ def _pass(walk_pass: PassWalk, collapse: bool) -> RenderableType:
     return Group(*parts)
 
 
-def _event(event: LabelledEvent, columns: Columns) -> RenderableType:
+def _event(event: LabelledEvent, rows: tuple[Row, ...], columns: Columns) -> RenderableType:
     """`12 backward module2 on SigmoidBackward0`, then one row per argument."""
     head = Text.assemble((f"{event.seq:>3} ", "dim"), (event.hook, "bold"), " ",
                          (module_title(event.target), "cyan"))
@@ -128,7 +130,6 @@ def _event(event: LabelledEvent, columns: Columns) -> RenderableType:
     parts: list[RenderableType] = [head]
     if event.why:
         parts.append(Padding(Text(event.why, style="dim italic"), (0, 0, 0, 6)))
-    rows = _arg_rows(event)
     if rows:
         parts.append(Padding(Rows(rows, columns), (0, 0, 0, 6)))
     return Group(*parts)

@@ -356,7 +356,8 @@ def test_report_all_reports_the_rest_around_a_deeply_nested_spec(tmp_path: Path)
 
 # --- stdout ----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("args", [("walk",), ("walk", "-f", "json"), ("diff",), ("report",),
+@pytest.mark.parametrize("args", [("walk",), ("walk", "-f", "json"), ("diff",),
+                                  ("diff", "-f", "json", "--pretty"), ("report",),
                                   ("validate",)])
 def test_stdout_on_a_full_disk_is_one_line(args: tuple[str, ...], tmp_path: Path) -> None:
     good_spec(tmp_path)
@@ -369,7 +370,8 @@ def test_stdout_on_a_full_disk_is_one_line(args: tuple[str, ...], tmp_path: Path
     assert "cannot write the output" in line
 
 
-@pytest.mark.parametrize("args", [("walk",), ("walk", "-f", "json"), ("report",)])
+@pytest.mark.parametrize("args", [("walk",), ("walk", "-f", "json"),
+                                  ("walk", "-f", "json", "--pretty"), ("report",)])
 def test_a_reader_that_went_away_ends_the_output_quietly(args: tuple[str, ...],
                                                          tmp_path: Path) -> None:
     good_spec(tmp_path)

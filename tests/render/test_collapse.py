@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
+from unittest import mock
 
 import pytest
 import torch
@@ -17,6 +18,7 @@ from torch import nn
 from gradexplain.capture.pipeline import capture
 from gradexplain.capture.pymodel import parse_input, python_source, random_inputs
 from gradexplain.records.walk import Check, LabelledEvent, PassWalk, Walk
+from gradexplain.render import collapse
 from gradexplain.render.collapse import (
     Folded,
     FoldedBlocks,
@@ -118,6 +120,19 @@ def test_every_plan_covers_each_item_once_and_folds_only_true_repeats(
             assert items[start:start + fold.period] == first
         assert None not in first
         assert {fold.start - 1, fold.stop} <= shown_items(plan)
+
+
+@settings(deadline=None)
+@given(st.lists(st.lists(st.one_of(st.none(), st.sampled_from("abc")), min_size=1, max_size=4)
+                .flatmap(lambda block: st.integers(1, 8).map(lambda times: block * times)),
+                max_size=8).map(lambda runs: [item for run in runs for item in run]),
+       st.integers(min_value=1, max_value=4))
+def test_periods_left_out_for_too_few_matches_change_no_plan(
+        items: list[str | None], min_hidden: int) -> None:
+    """The count that leaves a period out (`_may_fold`) never leaves out one that folds."""
+    plan = plan_folds(items, min_hidden=min_hidden)
+    with mock.patch.object(collapse, "_may_fold", lambda *_: True):
+        assert plan_folds(items, min_hidden=min_hidden) == plan
 
 
 def test_shape_key_masks_block_numbers_and_counters_only() -> None:
