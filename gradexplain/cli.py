@@ -30,10 +30,9 @@ from gradexplain.cli_output import (
 from gradexplain.cli_startup import (
     completion_without_coercion,
     conversion_without_pydantic,
-    pause_collection,
     plain_validate_files,
-    resume_collection,
 )
+from gradexplain.collector import pause_collection, resume_collection
 from gradexplain.errors import GradexplainError, UsageError, first_line
 from gradexplain.sessions import (
     NO_OPTIONS,

@@ -1,12 +1,11 @@
 """The ways the command line starts faster than typer alone would: `validate FILE...` read
 without typer, a shell's completion request answered without converting values, every other
-command's values converted without pydantic where they can be (`cli_conversion`), and the
-garbage collector kept out of start-up. None prints; `cli.main` and `cli.entry` call them.
+command's values converted without pydantic where they can be (`cli_conversion`). (The garbage
+collector's pause during start-up is `collector.py`'s.) None prints; `cli.main` calls them.
 """
 
 from __future__ import annotations
 
-import gc
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -107,37 +106,9 @@ def _replaced(owner: Any, name: str, replacement: Callable[..., object]) -> Iter
         setattr(owner, name, original)
 
 
-# Whether `pause_collection` paused the garbage collector, for `resume_collection` to undo.
-_collection = {"paused": False}
-
-
-def pause_collection() -> None:
-    """Python's cyclic garbage collector off while the command starts: for `cli.entry` only,
-    a process of its own that ends with os._exit.
-
-    Start-up makes a few million objects that live as long as the process, torch's import most
-    of them, and importing them sets off full collections that walk them all: 0.2 s of a 1.3 s
-    walk of two_modules on a quiet machine (more on a busy one), when none of them is garbage.
-    """
-    gc.disable()
-    _collection["paused"] = True
-
-
-def resume_collection() -> None:
-    """The collector on again for the run (a model's own garbage must be collected), with
-    everything start-up made frozen out of its way (`gc.freeze`), if `pause_collection`
-    paused it; otherwise (a test calling `cli.main` in its own process) nothing."""
-    if _collection["paused"]:
-        _collection["paused"] = False
-        gc.freeze()
-        gc.enable()
-
-
 __all__ = [
     "COMPLETION_VARIABLE",
     "completion_without_coercion",
     "conversion_without_pydantic",
-    "pause_collection",
     "plain_validate_files",
-    "resume_collection",
 ]

@@ -1,4 +1,4 @@
-"""The garbage collector during a command (`cli_startup.pause_collection`): off while the command
+"""The garbage collector during a command (`collector.pause_collection`): off while the command
 starts, on again when the run begins, with start-up's objects frozen out of its way (the capture
 pauses it itself while it runs: `capture.pipeline`); and untouched when `cli.main` runs inside
 another program."""
@@ -48,7 +48,7 @@ def test_a_model_runs_with_start_up_frozen(tmp_path: Path) -> None:
 
 def test_start_up_runs_with_the_collector_off() -> None:
     code = ("import gc\n"
-            "from gradexplain.cli_startup import pause_collection, resume_collection\n"
+            "from gradexplain.collector import pause_collection, resume_collection\n"
             "pause_collection()\n"
             "print(gc.isenabled(), gc.get_freeze_count() == 0)\n"
             "resume_collection()\n"
