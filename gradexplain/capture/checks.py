@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 
+from gradexplain.capture.remembered import remembered
 from gradexplain.capture.values import recorded_tensor, tensor_value
 from gradexplain.records.trace import TensorValue
 from gradexplain.records.walk import Check
@@ -87,23 +89,40 @@ def _largest_finite(tensor: torch.Tensor) -> float:
     return float(values.abs().max()) if values.numel() else 0.0
 
 
-def check(value: TensorValue | None, expected: torch.Tensor) -> Check:
-    """Compare a recorded value with the independently computed one."""
-    expected_value = tensor_value(expected)
-    if value is None:
-        return Check(False, math.inf, expected_value)
-    if tuple(value.shape) != tuple(expected.shape):
-        return Check(False, math.inf, expected_value)
+@dataclass(frozen=True)
+class _Expected:
+    """What every check against one expected tensor compares with, computed once for it: its
+    record, and its values in float64 (dense) or their summary's four numbers."""
+
+    value: TensorValue | None
+    reference: torch.Tensor
+
+    @cached_property
+    def summary(self) -> torch.Tensor:
+        reference = self.reference
+        return torch.stack([reference.min(), reference.max(), reference.mean(),
+                            reference.norm()])
+
+
+def _expected(expected: torch.Tensor) -> _Expected:
     reference = expected.detach().double()
     if reference.layout != torch.strided:  # a sparse gradient: recorded as its dense values
         reference = reference.to_dense()
+    return _Expected(tensor_value(expected), reference)
+
+
+def check(value: TensorValue | None, expected: torch.Tensor) -> Check:
+    """Compare a recorded value with the independently computed one."""
+    known = remembered(expected, "expected", _expected)
+    if value is None or tuple(value.shape) != tuple(expected.shape):
+        return Check(False, math.inf, known.value)
     if value.value is None:
         assert value.summary is not None
         got = torch.tensor([value.summary.min, value.summary.max, value.summary.mean,
                             value.summary.norm], dtype=torch.float64)
-        reference = torch.stack([reference.min(), reference.max(), reference.mean(),
-                                 reference.norm()])
+        reference = known.summary
     else:
         got = recorded_tensor(value)
+        reference = known.reference
     verified, error = agreement(got, reference, RECOMPUTED)
-    return Check(verified, error, expected_value)
+    return Check(verified, error, known.value)

@@ -24,6 +24,7 @@ from gradexplain.capture.label import label_pass
 from gradexplain.capture.lessons import lessons_for
 from gradexplain.capture.passes import checked_pass, graph_change, run_steps
 from gradexplain.capture.pins import pin_pass
+from gradexplain.capture.remembered import remembering
 from gradexplain.capture.replay import Replay, ReplayMismatch
 from gradexplain.capture.trace import trace
 from gradexplain.capture.usercode import blamed_on_user
@@ -92,7 +93,8 @@ def _walk(spec: ModelSpec, spec_path: str, make: Builder | None,
     legacy = trace(fresh(), "legacy")
     progress(STAGES[1])
     full = _full_pass(fresh)
-    return _label_and_check(spec, spec_path, legacy, full, fresh, progress), (legacy, full)
+    with remembering():  # what the checks compare with, once per tensor (`remembered`)
+        return _label_and_check(spec, spec_path, legacy, full, fresh, progress), (legacy, full)
 
 
 def _full_pass(fresh: Builder) -> PassTrace:

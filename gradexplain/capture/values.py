@@ -13,6 +13,7 @@ from contextvars import ContextVar
 import torch
 
 from gradexplain.capture.build import make_tensor
+from gradexplain.capture.remembered import remembered
 from gradexplain.errors import ComplexValueError
 from gradexplain.language.model import GradOutputs
 from gradexplain.records.trace import VALUE_LIMIT, Summary, TensorValue
@@ -34,9 +35,15 @@ def value_limit(limit: int | None) -> Iterator[None]:
 
 
 def tensor_value(tensor: torch.Tensor | None) -> TensorValue | None:
-    """A tensor's values copied out now, in full precision, or a summary for a large one."""
+    """A tensor's values copied out now, in full precision, or a summary for a large one
+    (computed once per distinct values within `remembering()`)."""
     if tensor is None:
         return None
+    limit = _value_limit.get()
+    return remembered(tensor, ("value", limit), lambda item: _recorded(item, limit))
+
+
+def _recorded(tensor: torch.Tensor, limit: int) -> TensorValue:
     data = tensor.detach()
     if data.layout != torch.strided:
         # A sparse gradient (Embedding(sparse=True)) has no storage to read: its values are
@@ -51,7 +58,7 @@ def tensor_value(tensor: torch.Tensor | None) -> TensorValue | None:
             "complex arithmetic out of the model explained, or explain a real-valued part of it")
     shape = tuple(data.shape)
     dtype = str(data.dtype).removeprefix("torch.")
-    if data.numel() > _value_limit.get():
+    if data.numel() > limit:
         as_float = data.double()
         low, high = torch.aminmax(as_float)
         # One conversion for the four numbers: on a deep model this runs thousands of times,
