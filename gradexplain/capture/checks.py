@@ -89,31 +89,36 @@ def _largest_finite(tensor: torch.Tensor) -> float:
     return float(values.abs().max()) if values.numel() else 0.0
 
 
-@dataclass(frozen=True)
 class _Expected:
     """What every check against one expected tensor compares with, computed once for it: its
-    record, and its values in float64 (dense) or their summary's four numbers."""
+    record, and its values in float64 (dense) or their summary's four numbers, each when first
+    needed (a large tensor's float64 copy is not kept: only a value up to the value limit is
+    compared in full)."""
 
-    value: TensorValue | None
-    reference: torch.Tensor
+    def __init__(self, expected: torch.Tensor) -> None:
+        self.expected = expected.detach()
+        self.value = tensor_value(expected)
+
+    def float64(self) -> torch.Tensor:
+        reference = self.expected.double()
+        if reference.layout != torch.strided:  # a sparse gradient: recorded as its dense values
+            reference = reference.to_dense()
+        return reference
+
+    @cached_property
+    def reference(self) -> torch.Tensor:
+        return self.float64()
 
     @cached_property
     def summary(self) -> torch.Tensor:
-        reference = self.reference
+        reference = self.float64()
         return torch.stack([reference.min(), reference.max(), reference.mean(),
                             reference.norm()])
 
 
-def _expected(expected: torch.Tensor) -> _Expected:
-    reference = expected.detach().double()
-    if reference.layout != torch.strided:  # a sparse gradient: recorded as its dense values
-        reference = reference.to_dense()
-    return _Expected(tensor_value(expected), reference)
-
-
 def check(value: TensorValue | None, expected: torch.Tensor) -> Check:
     """Compare a recorded value with the independently computed one."""
-    known = remembered(expected, "expected", _expected)
+    known = remembered(expected, "expected", _Expected)
     if value is None or tuple(value.shape) != tuple(expected.shape):
         return Check(False, math.inf, known.value)
     if value.value is None:
