@@ -3,18 +3,24 @@ shape, a wrong label, and on tiny gradients of another tensor."""
 
 from __future__ import annotations
 
+import math
+from contextlib import nullcontext
 from dataclasses import replace
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from gradexplain.capture.checks import check
+from gradexplain.capture.checks import RECOMPUTED, agreement, check
 from gradexplain.capture.claims import ClaimChecker, Evaluated
 from gradexplain.capture.label import label_pass
+from gradexplain.capture.remembered import remembering
 from gradexplain.capture.replay import Replay
+from gradexplain.capture.values import tensor_value, value_limit
 from gradexplain.language import load_spec
 from gradexplain.records.names import Naming
-from gradexplain.records.trace import TensorValue
+from gradexplain.records.trace import Summary, TensorValue
 from tests.helpers.capture import trace_both
 from tests.helpers.cli import SPECS
 
@@ -72,3 +78,40 @@ def test_a_check_on_tiny_gradients_is_not_vacuous() -> None:
     assert not check(other, expected).verified
     assert check(TensorValue((2,), "float32", [0.0, 0.0]), torch.zeros(2)).verified
     assert not check(TensorValue((2,), "float32", [0.0, 1e-20]), torch.zeros(2)).verified
+
+
+SUMMARY_NUMBERS = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.floats(min_value=-3.0, max_value=3.0),
+    st.sampled_from([0.0, -0.0, 1e-17, -1e-30, 1e308]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(values=st.lists(st.floats(min_value=-1e6, max_value=1e6) | st.sampled_from(
+           [0.0, -0.0, math.inf, -math.inf, math.nan]), min_size=5, max_size=5),
+       changes=st.lists(st.none() | SUMMARY_NUMBERS, min_size=4, max_size=4),
+       relative=st.sampled_from([0.0, 1e-7, 1e-5, 1e-4]))
+def test_a_summary_is_checked_as_agreement_checks_its_four_numbers(
+        values: list[float], changes: list[float | None], relative: float) -> None:
+    """A summarised value's check (on Python floats where they are finite) says what
+    `agreement` says of the four numbers as float64 tensors, error included; a recorded number
+    changed by more than the tolerance fails."""
+    expected = torch.tensor(values, dtype=torch.float64)
+    with value_limit(4):
+        recorded = tensor_value(expected)
+    assert recorded is not None and recorded.summary is not None
+    numbers = [recorded.summary.min, recorded.summary.max, recorded.summary.mean,
+               recorded.summary.norm]
+    got = [number if change is None else number * (1.0 + relative) + change
+           for number, change in zip(numbers, changes, strict=True)]
+    summary = TensorValue(recorded.shape, recorded.dtype, None, Summary(*got))
+    reference = torch.stack([expected.min(), expected.max(), expected.mean(), expected.norm()])
+    oracle = agreement(torch.tensor(got, dtype=torch.float64), reference, RECOMPUTED)
+    for remember in (False, True):
+        with value_limit(4), (remembering() if remember else nullcontext()):
+            result = check(summary, expected)
+            again = check(summary, expected)
+        assert repr(result) == repr(again)  # nan is not equal to itself
+        assert result.verified == oracle[0]
+        assert (result.max_abs_err == oracle[1]
+                or (math.isnan(result.max_abs_err) and math.isnan(oracle[1])))
