@@ -133,6 +133,12 @@ class _Expected:
 
     @cached_property
     def summary_numbers(self) -> tuple[float, ...]:
+        recorded = self.value.summary if self.value is not None else None
+        if recorded is not None:
+            # The record's summary is of the same float64 copy: its mean and norm are those
+            # below bit for bit, its extremes equal in value (aminmax may give a zero another
+            # sign than min or max: no difference, nor error, changes with it).
+            return (recorded.min, recorded.max, recorded.mean, recorded.norm)
         return tuple(self.summary.tolist())
 
 

@@ -100,12 +100,31 @@ def _one_block(tensor: torch.Tensor) -> bool:
 def _same(tensor: torch.Tensor, copy: torch.Tensor) -> bool:
     """Whether two one-block CPU tensors of one shape, strides and dtype hold the same bits (so
     -0.0 and 0.0 differ, and a nan equals itself)."""
+    if _MEMCMP is not None:
+        # The C library's comparison of the two blocks: no copy, no torch call.
+        return _MEMCMP(tensor.data_ptr(), copy.data_ptr(), tensor.nbytes) == 0
     if tensor.nbytes <= _AS_BYTES:
         # Read directly, as one copy each: for small tensors two to three times as fast as
         # torch.equal on the bits.
         return (ctypes.string_at(tensor.data_ptr(), tensor.nbytes)
                 == ctypes.string_at(copy.data_ptr(), copy.nbytes))
     return torch.equal(_bits(tensor.detach()), _bits(copy))
+
+
+def _c_memcmp() -> Callable[[int, int, int], int] | None:
+    """memcmp from the C library the interpreter runs on, where ctypes finds it."""
+    for library in ("", "msvcrt"):  # "": the process's own symbols (Linux, macOS)
+        try:
+            found = ctypes.CDLL(library or None).memcmp
+        except (OSError, AttributeError, TypeError):
+            continue
+        found.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)
+        found.restype = ctypes.c_int
+        return cast(Callable[[int, int, int], int], found)
+    return None
+
+
+_MEMCMP = _c_memcmp()
 
 
 def _bits(tensor: torch.Tensor) -> torch.Tensor:

@@ -11,6 +11,7 @@ from collections.abc import Callable
 import pytest
 import torch
 
+from gradexplain.capture import remembered as remembered_module
 from gradexplain.capture.checks import check
 from gradexplain.capture.claims import ClaimChecker, Evaluated
 from gradexplain.capture.label import label_pass
@@ -24,6 +25,13 @@ from tests.helpers.capture import trace_both
 from tests.helpers.cli import SPECS
 
 Change = Callable[[torch.Tensor], None]
+
+
+@pytest.fixture(autouse=True, params=["memcmp", "without"])
+def comparison(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test with the C library's memcmp, and as where ctypes finds none."""
+    if request.param == "without":
+        monkeypatch.setattr(remembered_module, "_MEMCMP", None)
 
 
 def _in_place(tensor: torch.Tensor) -> None:
