@@ -60,7 +60,7 @@ def _recorded(tensor: torch.Tensor, limit: int) -> TensorValue:
     dtype = str(data.dtype).removeprefix("torch.")
     if data.numel() > limit:
         as_float = data.double()
-        low, high = torch.aminmax(as_float)
+        low, high = extremes(as_float)
         # One conversion for the four numbers: on a deep model this runs thousands of times,
         # and each small torch call costs more than its arithmetic.
         minimum, maximum, mean, norm = torch.stack(
@@ -68,6 +68,24 @@ def _recorded(tensor: torch.Tensor, limit: int) -> TensorValue:
         summary = Summary(minimum, maximum, mean, norm)
         return TensorValue(shape, dtype, None, summary)
     return TensorValue(shape, dtype, data.tolist())
+
+
+def extremes(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """`torch.aminmax(values)`, read in memory order where the layout is another order of it
+    (a Linear's weight gradient is a transpose): torch reduces a transposed tensor several times
+    slower. The least and greatest of a set of numbers do not depend on the order they are read
+    in, except which of two zeros (0.0, -0.0) or which nan comes out: then, as torch gives them
+    in the layout."""
+    if not values.is_contiguous():
+        strides = values.stride()
+        order = sorted(range(values.dim()), key=lambda dim: -strides[dim])
+        flat = values.permute(order)
+        if flat.is_contiguous():
+            low, high = torch.aminmax(flat)
+            least, greatest = low.item(), high.item()
+            if least != 0 and greatest != 0 and not math.isnan(least) and not math.isnan(greatest):
+                return low, high
+    return torch.aminmax(values)
 
 
 def recorded_tensor(value: TensorValue) -> torch.Tensor:

@@ -205,3 +205,4 @@ def test_a_wrong_label_fails_its_check_with_the_memo() -> None:
 def _verified(result: Evaluated) -> bool:
     assert result.check is not None, result.not_checked
     return result.check.verified
+
