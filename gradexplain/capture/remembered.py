@@ -35,6 +35,7 @@ _PLAIN = frozenset({torch.float64, torch.float32, torch.float16, torch.bfloat16,
 # Up to this many bytes a tensor is compared with its copy as bytes read directly; above it, by
 # torch (reading a large tensor as one bytes object costs fresh pages from the system).
 _AS_BYTES = 1 << 18
+_TYPES = frozenset({torch.Tensor, torch.nn.Parameter})  # not subclasses, which may read otherwise
 _INTEGERS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
@@ -67,10 +68,9 @@ def remembered(tensor: torch.Tensor, kind: Hashable, compute: Callable[[torch.Te
     tells apart what different callers compute (and anything else the result depends on).
     Only a plain tensor whose values fill one block of CPU memory is remembered."""
     memo = _memo.get()
-    if (memo is None or type(tensor) not in (torch.Tensor, torch.nn.Parameter)
-            or tensor.layout != torch.strided or tensor.device.type != "cpu"
-            or tensor.dtype not in _PLAIN or tensor.is_inference()
-            or tensor.numel() == 0 or not _one_block(tensor)):
+    if (memo is None or type(tensor) not in _TYPES or not tensor.is_cpu
+            or tensor.layout != torch.strided or tensor.dtype not in _PLAIN
+            or tensor.is_inference() or tensor.numel() == 0 or not _one_block(tensor)):
         return compute(tensor)
     key = (tensor.data_ptr(), tensor.shape, tensor.stride(), tensor.dtype, tensor._version)
     entry = memo.get(key)
