@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from gradexplain.capture.checks import RECOMPUTED, agreement, check
 from gradexplain.capture.claims import ClaimChecker, Evaluated
-from gradexplain.capture.label import label_pass
+from gradexplain.capture.label import EventLabels, label_pass
 from gradexplain.capture.remembered import remembering
 from gradexplain.capture.replay import Replay
 from gradexplain.capture.values import tensor_value, value_limit
@@ -39,13 +39,8 @@ def test_check_fails_on_a_wrong_value_and_a_wrong_shape() -> None:
 def test_a_wrong_label_fails_its_check() -> None:
     """Swap two claims (dz/dp and dz/dx) and the hook-free run must disagree; so must a
     transposed claim about a weight's own gradient."""
-    spec = load_spec(TWO_MODULES)
-    legacy, _ = trace_both(spec)
-    view, events = label_pass(legacy, Naming())
-    replay = Replay(spec, legacy, view.signature())
-    checker = ClaimChecker(view, replay)
-    mul = next(item for item in events
-               if item.event.hook == "backward" and item.event.target == "module")
+    checker, events = _two_modules()
+    mul = _module_backward(events)
     claim_p, claim_x = mul.labels[0].meaning, mul.labels[1].meaning
     assert claim_p is not None and claim_x is not None
     value_p = mul.event.args[0].value
@@ -60,6 +55,39 @@ def test_a_wrong_label_fails_its_check() -> None:
     assert _verified(checker.evaluate(weight_claim, weight.event.run, weight_value))
     assert not _verified(checker.evaluate(replace(weight_claim, layout="transposed"),
                                           weight.event.run, weight_value))
+
+
+def test_a_wrong_label_fails_its_check_with_the_memo() -> None:
+    """Each of two claims checked against both values, in both orders (each by a checker of its
+    own, which evaluates a claim about a value once): only the right pairs pass, whatever was
+    remembered first."""
+    _, events = _two_modules()
+    mul = _module_backward(events)
+    claims = [label.meaning for label in mul.labels[:2]]
+    values = [arg.value for arg in mul.event.args[:2]]
+    assert values[0] != values[1]
+    for order in ((0, 1), (1, 0)):
+        checker, _ = _two_modules()
+        with remembering():
+            for claim_number in order:
+                for value_number in order:
+                    claim, value = claims[claim_number], values[value_number]
+                    assert claim is not None and value is not None
+                    result = checker.evaluate(claim, mul.event.run, value)
+                    assert _verified(result) == (claim_number == value_number)
+
+
+def _two_modules() -> tuple[ClaimChecker, list[EventLabels]]:
+    """The legacy pass of two_modules.yaml labelled, and a checker of its claims."""
+    spec = load_spec(TWO_MODULES)
+    legacy, _ = trace_both(spec)
+    view, events = label_pass(legacy, Naming())
+    return ClaimChecker(view, Replay(spec, legacy, view.signature())), events
+
+
+def _module_backward(events: list[EventLabels]) -> EventLabels:
+    return next(item for item in events
+                if item.event.hook == "backward" and item.event.target == "module")
 
 
 def _verified(result: Evaluated) -> bool:

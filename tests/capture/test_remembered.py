@@ -1,7 +1,8 @@
 """The memo of values and expected statistics (capture/remembered.py) hands out a result only for
 the same values: a tensor changed in place after its first record is recorded anew, however it
 was changed (also where torch's version counter does not see it), and a wrong claim still fails
-its check when what it is checked against was remembered."""
+its check when what it is checked against was remembered (and in tests/capture/test_checks.py,
+a wrong label with the memo)."""
 
 from __future__ import annotations
 
@@ -13,16 +14,9 @@ import torch
 
 from gradexplain.capture import remembered as remembered_module
 from gradexplain.capture.checks import check
-from gradexplain.capture.claims import ClaimChecker, Evaluated
-from gradexplain.capture.label import label_pass
 from gradexplain.capture.remembered import remembered, remembering
-from gradexplain.capture.replay import Replay
 from gradexplain.capture.values import tensor_value, value_limit
-from gradexplain.language import load_spec
-from gradexplain.records.names import Naming
 from gradexplain.records.trace import Summary, TensorValue
-from tests.helpers.capture import trace_both
-from tests.helpers.cli import SPECS
 
 Change = Callable[[torch.Tensor], None]
 
@@ -177,32 +171,3 @@ def test_a_wrong_summary_fails_against_a_remembered_expected_value() -> None:
             assert not check(TensorValue(recorded.shape, "float32", None, summary),
                              expected).verified
         assert check(recorded, expected).verified
-
-
-def test_a_wrong_label_fails_its_check_with_the_memo() -> None:
-    """Each of two claims checked against both values, in both orders: only the right pairs
-    pass, whatever was remembered first."""
-    spec = load_spec(SPECS / "two_modules.yaml")
-    legacy, _ = trace_both(spec)
-    view, events = label_pass(legacy, Naming())
-    replay = Replay(spec, legacy, view.signature())
-    checker = ClaimChecker(view, replay)
-    mul = next(item for item in events
-               if item.event.hook == "backward" and item.event.target == "module")
-    claims = [label.meaning for label in mul.labels[:2]]
-    values = [arg.value for arg in mul.event.args[:2]]
-    assert values[0] != values[1]
-    for order in ((0, 1), (1, 0)):
-        with remembering():
-            for claim_number in order:
-                for value_number in order:
-                    claim, value = claims[claim_number], values[value_number]
-                    assert claim is not None and value is not None
-                    result = checker.evaluate(claim, mul.event.run, value)
-                    assert _verified(result) == (claim_number == value_number)
-
-
-def _verified(result: Evaluated) -> bool:
-    assert result.check is not None, result.not_checked
-    return result.check.verified
-
