@@ -89,11 +89,13 @@ def _silent(stage: str) -> None:
 def _walk(spec: ModelSpec, spec_path: str, make: Builder | None,
           progress: Progress) -> tuple[Walk, tuple[PassTrace, ...]]:
     fresh = make or (lambda: build(spec))
-    progress(STAGES[0])
-    legacy = trace(fresh(), "legacy")
-    progress(STAGES[1])
-    full = _full_pass(fresh)
-    with remembering():  # what the checks compare with, once per tensor (`remembered`)
+    # Each summary and check statistic computed once per distinct tensor (`remembered`), in
+    # both passes and the checks: they see the same values many times.
+    with remembering():
+        progress(STAGES[0])
+        legacy = trace(fresh(), "legacy")
+        progress(STAGES[1])
+        full = _full_pass(fresh)
         return _label_and_check(spec, spec_path, legacy, full, fresh, progress), (legacy, full)
 
 

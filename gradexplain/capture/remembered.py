@@ -36,50 +36,87 @@ _PLAIN = frozenset({torch.float64, torch.float32, torch.float16, torch.bfloat16,
 # torch (reading a large tensor as one bytes object costs fresh pages from the system).
 _AS_BYTES = 1 << 18
 _TYPES = frozenset({torch.Tensor, torch.nn.Parameter})  # not subclasses, which may read otherwise
+_LOOK = 32  # bytes read from each end of a tensor to find others of the same values
 _INTEGERS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
 class _Entry:
-    """One tensor state: a copy of its values, and what each kind computed from them."""
+    """One tensor state: a copy of its values, what each kind computed from the tensor, and
+    what each kind computed from the values alone (`alike`), shared by every entry whose
+    tensor holds the same bits in the same layout."""
 
-    __slots__ = ("copy", "results")
+    __slots__ = ("alike", "copy", "results")
 
-    def __init__(self, copy: torch.Tensor) -> None:
+    def __init__(self, copy: torch.Tensor, alike: dict[Hashable, Any]) -> None:
         self.copy = copy
         self.results: dict[Hashable, Any] = {}
+        self.alike = alike
 
 
-_memo: ContextVar[dict[Hashable, _Entry] | None] = ContextVar("gradexplain_memo", default=None)
+class _Memo:
+    """One `remembering()` block: the entries by key, and by what their values look like."""
+
+    __slots__ = ("entries", "looks")
+
+    def __init__(self) -> None:
+        self.entries: dict[Hashable, _Entry] = {}
+        self.looks: dict[Hashable, list[_Entry]] = {}
+
+
+_memo: ContextVar[_Memo | None] = ContextVar("gradexplain_memo", default=None)
 
 
 @contextmanager
 def remembering() -> Iterator[None]:
     """Within the block, `remembered` keeps what it computes (and a copy of each tensor it
     computed from, until the block ends)."""
-    token = _memo.set({})
+    token = _memo.set(_Memo())
     try:
         yield
     finally:
         _memo.reset(token)
 
 
-def remembered(tensor: torch.Tensor, kind: Hashable, compute: Callable[[torch.Tensor], T]) -> T:
+def remembered(tensor: torch.Tensor, kind: Hashable, compute: Callable[[torch.Tensor], T],
+               alike: bool = False) -> T:
     """`compute(tensor)`, or what it returned for the same values before in this block. `kind`
     tells apart what different callers compute (and anything else the result depends on).
-    Only a plain tensor whose values fill one block of CPU memory is remembered."""
+    `alike`: the result depends on the values and their layout alone, not on the tensor (it
+    keeps no reference to it), so it is also taken from another tensor of the same bits, shape,
+    strides, dtype and alignment (the legacy and full passes compute the same values; the check
+    run too). Only a plain tensor whose values fill one block of CPU memory is remembered."""
     memo = _memo.get()
     if (memo is None or type(tensor) not in _TYPES or not tensor.is_cpu
             or tensor.layout != torch.strided or tensor.dtype not in _PLAIN
             or tensor.is_inference() or tensor.numel() == 0 or not _one_block(tensor)):
         return compute(tensor)
     key = (tensor.data_ptr(), tensor.shape, tensor.stride(), tensor.dtype, tensor._version)
-    entry = memo.get(key)
+    entry = memo.entries.get(key)
     if entry is None or not _same(tensor, entry.copy):
-        entry = memo[key] = _Entry(tensor.detach().clone())
-    elif kind in entry.results:
-        return cast(T, entry.results[kind])
-    result = entry.results[kind] = compute(tensor)
+        entry = memo.entries[key] = _new_entry(memo, tensor)
+    found = entry.alike if alike else entry.results
+    if kind in found:
+        return cast(T, found[kind])
+    result = found[kind] = compute(tensor)
     return result
+
+
+def _new_entry(memo: _Memo, tensor: torch.Tensor) -> _Entry:
+    """An entry for a tensor state not met at this key: sharing the copy and the values-alone
+    results of an entry whose tensor held the same bits in the same layout, if there is one."""
+    address, size = tensor.data_ptr(), tensor.nbytes
+    # What the values look like: their layout, alignment (a float64 tensor is reduced where it
+    # lies, and vectorised reads may depend on it) and first and last bytes.
+    look = (tensor.shape, tensor.stride(), tensor.dtype, address % 64,
+            ctypes.string_at(address, min(size, _LOOK)),
+            ctypes.string_at(address + max(size - _LOOK, 0), min(size, _LOOK)))
+    same = memo.looks.setdefault(look, [])
+    for other in same:
+        if _same(tensor, other.copy):
+            return _Entry(other.copy, other.alike)
+    entry = _Entry(tensor.detach().clone(), {})
+    same.append(entry)
+    return entry
 
 
 def _one_block(tensor: torch.Tensor) -> bool:

@@ -26,7 +26,6 @@ import torch
 from torch import nn
 
 from gradexplain.capture.build import Built, make_tensor, observe
-from gradexplain.capture.remembered import remembering
 from gradexplain.capture.user_hooks import user_hooks
 from gradexplain.capture.usercode import user_frame
 from gradexplain.capture.values import grad_outputs, tensor_value
@@ -57,7 +56,7 @@ def trace(built: Built, mode: Mode, refusals: tuple[Refusal, ...] = ()) -> PassT
     """Run `built` forward and backward with every hook registered; return what they saw.
     In the full pass, the modules named in `refusals` get no full hooks (torch would refuse
     them: see `inplace`); every other hook stays."""
-    with ExitStack() as hooks, warnings.catch_warnings(record=True) as caught, remembering():
+    with ExitStack() as hooks, warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         recorder = _Recorder(built, mode, hooks)
         recorder.refusals = refusals

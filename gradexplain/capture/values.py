@@ -40,7 +40,7 @@ def tensor_value(tensor: torch.Tensor | None) -> TensorValue | None:
     if tensor is None:
         return None
     limit = _value_limit.get()
-    return remembered(tensor, ("value", limit), lambda item: _recorded(item, limit))
+    return remembered(tensor, ("value", limit), lambda item: _recorded(item, limit), alike=True)
 
 
 def _recorded(tensor: torch.Tensor, limit: int) -> TensorValue:

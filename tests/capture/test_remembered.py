@@ -63,6 +63,23 @@ def test_the_same_values_are_computed_once() -> None:
     assert len(calls) == 4
 
 
+def test_a_result_of_the_values_alone_is_shared_by_tensors_of_the_same_values() -> None:
+    """Another tensor of the same bits and layout (another pass's) takes an `alike` result;
+    one that differs only inside (its first and last bytes alike), another layout, or a
+    result tied to the tensor, is computed again."""
+    first = torch.arange(64.0).reshape(8, 8)
+    same = first.clone()
+    inside = first.clone()
+    inside[4, 4] = -1.0
+    calls, total = _counted()
+    with remembering():
+        for tensor in (first, same, inside, first.t().contiguous().t()):
+            assert remembered(tensor, "sum", total, alike=True) == float(tensor.sum())
+        assert remembered(same, "tied", total) == float(same.sum())
+    assert len(calls) == 4  # first, inside, the transposed layout, and the tied kind
+    assert calls[0] is first and calls[1] is inside and calls[3] is same
+
+
 # Small tensors are compared with their copy as bytes, large ones by torch (`remembered._same`).
 SIZES = [(2, 3), (300, 300)]
 
