@@ -191,7 +191,7 @@ def _accumulated(before: TensorValue | None, added: torch.Tensor | None,
         expected = base if expected is None else base + expected
     if expected is None:
         return Check(after is None, 0.0 if after is None else math.inf, None)
-    return check(after, expected)
+    return check(after, expected, fresh=True)
 
 
 def _warnings(trace: PassTrace) -> tuple[ModuleWarning, ...]:

@@ -77,6 +77,17 @@ def remembering() -> Iterator[None]:
         _memo.reset(token)
 
 
+@contextmanager
+def forgetting() -> Iterator[None]:
+    """Within the block, nothing is remembered: for a tensor made for one use (a sum computed
+    for one check), whose copy would only cost its size again."""
+    token = _memo.set(None)
+    try:
+        yield
+    finally:
+        _memo.reset(token)
+
+
 def remembered(tensor: torch.Tensor, kind: Hashable, compute: Callable[[torch.Tensor], T],
                alike: bool = False) -> T:
     """`compute(tensor)`, or what it returned for the same values before in this block. `kind`

@@ -14,7 +14,7 @@ import torch
 
 from gradexplain.capture import remembered as remembered_module
 from gradexplain.capture.checks import check
-from gradexplain.capture.remembered import remembered, remembering
+from gradexplain.capture.remembered import forgetting, remembered, remembering
 from gradexplain.capture.values import tensor_value, value_limit
 from gradexplain.records.trace import Summary, TensorValue
 
@@ -61,6 +61,18 @@ def test_the_same_values_are_computed_once() -> None:
     assert len(calls) == 3
     assert remembered(tensor, "sum", total) == 15.0  # outside the block: always computed
     assert len(calls) == 4
+
+
+def test_nothing_is_remembered_while_forgetting() -> None:
+    tensor = torch.arange(6.0)
+    calls, total = _counted()
+    with remembering():
+        remembered(tensor, "sum", total)
+        with forgetting():
+            remembered(tensor, "sum", total)
+            remembered(tensor, "sum", total)
+        remembered(tensor, "sum", total)
+    assert len(calls) == 3
 
 
 def test_a_result_of_the_values_alone_is_shared_by_tensors_of_the_same_values() -> None:
