@@ -16,7 +16,7 @@ from functools import cached_property
 
 import torch
 
-from gradexplain.capture.remembered import forgetting, remembered
+from gradexplain.capture.remembered import remembered
 from gradexplain.capture.values import recorded_tensor, tensor_value
 from gradexplain.records.trace import Summary, TensorValue
 from gradexplain.records.walk import Check
@@ -142,14 +142,9 @@ class _Expected:
         return tuple(self.summary.tolist())
 
 
-def check(value: TensorValue | None, expected: torch.Tensor, fresh: bool = False) -> Check:
-    """Compare a recorded value with the independently computed one. `fresh`: `expected` was
-    made for this check alone, so nothing of it is remembered."""
-    if fresh:
-        with forgetting():
-            known = _Expected(expected)
-    else:
-        known = remembered(expected, "expected", _Expected)
+def check(value: TensorValue | None, expected: torch.Tensor) -> Check:
+    """Compare a recorded value with the independently computed one."""
+    known = remembered(expected, "expected", _Expected)
     if value is None or tuple(value.shape) != tuple(expected.shape):
         return Check(False, math.inf, known.value)
     if value.value is None:

@@ -15,6 +15,12 @@ torch counts changes (so a summary's reductions run in the same order on the sam
 writes through `.data` or a numpy view leave the version counter as it was, and a freed tensor's
 address can be reused by another; so a candidate is taken only if the tensor equals, bit for
 bit, the copy kept when the result was computed. Otherwise the result is computed again.
+
+A result that depends on the values and their layout alone (a recorded value, not a check's
+statistics, which keep the tensor) is also shared with another tensor of the same bits, shape,
+strides, dtype and alignment, found by its first and last bytes and then compared in full: the
+full pass and the check run compute the legacy pass's values again. The capture keeps one block
+for both passes and the checks (`pipeline`).
 """
 
 from __future__ import annotations
@@ -125,7 +131,9 @@ def _new_entry(memo: _Memo, tensor: torch.Tensor) -> _Entry:
     for other in same:
         if _same(tensor, other.copy):
             return _Entry(other.copy, other.alike)
-    entry = _Entry(tensor.detach().clone(), {})
+    # The copy in the tensor's own layout, so that its memory reads in the same order.
+    copy = torch.empty_strided(tensor.shape, tensor.stride(), dtype=tensor.dtype)
+    entry = _Entry(copy.copy_(tensor.detach()), {})
     same.append(entry)
     return entry
 
