@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 
+from gradexplain.capture.remembered import remembered
 from gradexplain.capture.values import recorded_tensor, tensor_value
-from gradexplain.records.trace import TensorValue
+from gradexplain.records.trace import Summary, TensorValue
 from gradexplain.records.walk import Check
 
 
@@ -81,29 +83,80 @@ def agreement(got: torch.Tensor, expected: torch.Tensor, tolerance: Tolerance,
     return error <= absolute + relative * scale, error
 
 
+def _summaries_agreement(got: Summary, expected: tuple[float, ...],
+                         tolerance: Tolerance) -> tuple[bool, float] | None:
+    """`agreement`'s common case for a summary's four numbers, on Python floats: the same
+    float64 arithmetic, without four small torch calls for four numbers (a deep model's capture
+    checks thousands of summaries). None where a number is not finite: `agreement` decides."""
+    numbers = (got.min, got.max, got.mean, got.norm)
+    if not all(math.isfinite(number) for number in numbers + expected):
+        return None
+    error = max(abs(number - reference) for number, reference in zip(numbers, expected,
+                                                                       strict=True))
+    scale = max(abs(reference) for reference in expected)
+    if not math.isfinite(error):
+        return None
+    return error <= tolerance.absolute + tolerance.relative * scale, error
+
+
 def _largest_finite(tensor: torch.Tensor) -> float:
     values = tensor.detach().double()
     values = values[values.isfinite()]
     return float(values.abs().max()) if values.numel() else 0.0
 
 
+class _Expected:
+    """What every check against one expected tensor compares with, computed once for it: its
+    record, and its values in float64 (dense) or their summary's four numbers, each when first
+    needed (a large tensor's float64 copy is not kept: only a value up to the value limit is
+    compared in full)."""
+
+    def __init__(self, expected: torch.Tensor) -> None:
+        self.expected = expected.detach()
+        self.value = tensor_value(expected)
+
+    def float64(self) -> torch.Tensor:
+        reference = self.expected.double()
+        if reference.layout != torch.strided:  # a sparse gradient: recorded as its dense values
+            reference = reference.to_dense()
+        return reference
+
+    @cached_property
+    def reference(self) -> torch.Tensor:
+        return self.float64()
+
+    @cached_property
+    def summary(self) -> torch.Tensor:
+        reference = self.float64()
+        return torch.stack([reference.min(), reference.max(), reference.mean(),
+                            reference.norm()])
+
+    @cached_property
+    def summary_numbers(self) -> tuple[float, ...]:
+        recorded = self.value.summary if self.value is not None else None
+        if recorded is not None:
+            # The record's summary is of the same float64 copy: its mean and norm are those
+            # below bit for bit, its extremes equal in value (aminmax may give a zero another
+            # sign than min or max: no difference, nor error, changes with it).
+            return (recorded.min, recorded.max, recorded.mean, recorded.norm)
+        return tuple(self.summary.tolist())
+
+
 def check(value: TensorValue | None, expected: torch.Tensor) -> Check:
     """Compare a recorded value with the independently computed one."""
-    expected_value = tensor_value(expected)
-    if value is None:
-        return Check(False, math.inf, expected_value)
-    if tuple(value.shape) != tuple(expected.shape):
-        return Check(False, math.inf, expected_value)
-    reference = expected.detach().double()
-    if reference.layout != torch.strided:  # a sparse gradient: recorded as its dense values
-        reference = reference.to_dense()
+    known = remembered(expected, "expected", _Expected)
+    if value is None or tuple(value.shape) != tuple(expected.shape):
+        return Check(False, math.inf, known.value)
     if value.value is None:
         assert value.summary is not None
+        quick = _summaries_agreement(value.summary, known.summary_numbers, RECOMPUTED)
+        if quick is not None:
+            return Check(*quick, known.value)
         got = torch.tensor([value.summary.min, value.summary.max, value.summary.mean,
                             value.summary.norm], dtype=torch.float64)
-        reference = torch.stack([reference.min(), reference.max(), reference.mean(),
-                                 reference.norm()])
+        reference = known.summary
     else:
         got = recorded_tensor(value)
+        reference = known.reference
     verified, error = agreement(got, reference, RECOMPUTED)
-    return Check(verified, error, expected_value)
+    return Check(verified, error, known.value)

@@ -43,8 +43,19 @@ class ClaimChecker:
     def __init__(self, view: GraphView, replay: Replay) -> None:
         self.view = view
         self.replay = replay
+        # Each claim about each recorded value evaluated once: the labeller hands the same
+        # claim, and the tracer the same record, to every hook a gradient reaches. Keyed by the
+        # objects (kept here, so that no other takes their id); both are frozen.
+        self.evaluated: dict[tuple[int, int, int], tuple[Meaning, TensorValue, Evaluated]] = {}
 
     def evaluate(self, meaning: Meaning, run: int, value: TensorValue) -> Evaluated:
+        key = (id(meaning), run, id(value))
+        found = self.evaluated.get(key)
+        if found is None:
+            found = self.evaluated[key] = (meaning, value, self.evaluated_now(meaning, run, value))
+        return found[2]
+
+    def evaluated_now(self, meaning: Meaning, run: int, value: TensorValue) -> Evaluated:
         stale = None if meaning.stale_from is None else (meaning.stale_from,)
         runs = meaning.runs or stale or (run,)
         if any(item not in self.replay.runs for item in runs):

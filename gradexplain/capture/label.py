@@ -132,6 +132,8 @@ class _Labeller:
         # there: a weight a loop uses N times has N consumers, asked about once per event.
         self.within: dict[tuple[Position, int], frozenset[Edge]] = {}
         self.reads: dict[tuple[Position, int], dict[str, list[int]]] = {}
+        self.described: dict[tuple[int, Position, frozenset[Edge] | None, tuple[int, ...]],
+                             Label] = {}
 
     def seed_chain(self, raw: Position | None) -> set[Position]:
         """The raw positions the seed gradient arrives at: the root and, when it is a full
@@ -391,7 +393,16 @@ class _Labeller:
         return Label(meaning, Site(run.index))
 
     def describe(self, run: Run, position: Position, edges: frozenset[Edge] | None) -> Label:
-        """Name the tensor at `position`, through views if it has no name of its own."""
+        """Name the tensor at `position`, through views if it has no name of its own (once per
+        call, place and argument shape: a gradient is handed to several hooks)."""
+        key = (run.index, position, edges, self.arg_shape)
+        found = self.described.get(key)
+        if found is None:
+            found = self.described[key] = self.described_now(run, position, edges)
+        return found
+
+    def described_now(self, run: Run, position: Position,
+                      edges: frozenset[Edge] | None) -> Label:
         if not self.view.in_real_graph(position[0]):
             return self.no_gradient(run, position)
         if edges is not None and edges >= self.consumers(position, run):

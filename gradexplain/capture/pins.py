@@ -31,11 +31,15 @@ def pin_pass(walk_pass: PassWalk, labelled: list[EventLabels],
 
 
 def _pinned_event(event: LabelledEvent, item: EventLabels, steps: _Steps) -> LabelledEvent:
-    args = tuple(
-        arg if label.source is None or arg.meaning is None or arg.meaning.kind == "zero"
-        else replace(arg, pin=steps.pin(label.source))
-        for arg, label in zip(event.args, item.labels, strict=True))
-    return replace(event, args=args)
+    args = []
+    for arg, label in zip(event.args, item.labels, strict=True):
+        pin = (None if label.source is None or arg.meaning is None
+               or arg.meaning.kind == "zero" else steps.pin(label.source))
+        # Copied only where a pin changes it: a deep model has thousands of arguments.
+        args.append(arg if pin == arg.pin else replace(arg, pin=pin))
+    if all(new is old for new, old in zip(args, event.args, strict=True)):
+        return event
+    return replace(event, args=tuple(args))
 
 
 @dataclass

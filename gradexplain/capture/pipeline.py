@@ -24,6 +24,7 @@ from gradexplain.capture.label import label_pass
 from gradexplain.capture.lessons import lessons_for
 from gradexplain.capture.passes import checked_pass, graph_change, run_steps
 from gradexplain.capture.pins import pin_pass
+from gradexplain.capture.remembered import remembering
 from gradexplain.capture.replay import Replay, ReplayMismatch
 from gradexplain.capture.trace import trace
 from gradexplain.capture.usercode import blamed_on_user
@@ -88,11 +89,14 @@ def _silent(stage: str) -> None:
 def _walk(spec: ModelSpec, spec_path: str, make: Builder | None,
           progress: Progress) -> tuple[Walk, tuple[PassTrace, ...]]:
     fresh = make or (lambda: build(spec))
-    progress(STAGES[0])
-    legacy = trace(fresh(), "legacy")
-    progress(STAGES[1])
-    full = _full_pass(fresh)
-    return _label_and_check(spec, spec_path, legacy, full, fresh, progress), (legacy, full)
+    # Each summary and check statistic computed once per distinct tensor (`remembered`), in
+    # both passes and the checks: they see the same values many times.
+    with remembering():
+        progress(STAGES[0])
+        legacy = trace(fresh(), "legacy")
+        progress(STAGES[1])
+        full = _full_pass(fresh)
+        return _label_and_check(spec, spec_path, legacy, full, fresh, progress), (legacy, full)
 
 
 def _full_pass(fresh: Builder) -> PassTrace:

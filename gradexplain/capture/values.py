@@ -13,6 +13,7 @@ from contextvars import ContextVar
 import torch
 
 from gradexplain.capture.build import make_tensor
+from gradexplain.capture.remembered import remembered
 from gradexplain.errors import ComplexValueError
 from gradexplain.language.model import GradOutputs
 from gradexplain.records.trace import VALUE_LIMIT, Summary, TensorValue
@@ -34,9 +35,15 @@ def value_limit(limit: int | None) -> Iterator[None]:
 
 
 def tensor_value(tensor: torch.Tensor | None) -> TensorValue | None:
-    """A tensor's values copied out now, in full precision, or a summary for a large one."""
+    """A tensor's values copied out now, in full precision, or a summary for a large one
+    (computed once per distinct values within `remembering()`)."""
     if tensor is None:
         return None
+    limit = _value_limit.get()
+    return remembered(tensor, ("value", limit), lambda item: _recorded(item, limit), alike=True)
+
+
+def _recorded(tensor: torch.Tensor, limit: int) -> TensorValue:
     data = tensor.detach()
     if data.layout != torch.strided:
         # A sparse gradient (Embedding(sparse=True)) has no storage to read: its values are
@@ -51,9 +58,9 @@ def tensor_value(tensor: torch.Tensor | None) -> TensorValue | None:
             "complex arithmetic out of the model explained, or explain a real-valued part of it")
     shape = tuple(data.shape)
     dtype = str(data.dtype).removeprefix("torch.")
-    if data.numel() > _value_limit.get():
+    if data.numel() > limit:
         as_float = data.double()
-        low, high = torch.aminmax(as_float)
+        low, high = extremes(as_float)
         # One conversion for the four numbers: on a deep model this runs thousands of times,
         # and each small torch call costs more than its arithmetic.
         minimum, maximum, mean, norm = torch.stack(
@@ -61,6 +68,24 @@ def tensor_value(tensor: torch.Tensor | None) -> TensorValue | None:
         summary = Summary(minimum, maximum, mean, norm)
         return TensorValue(shape, dtype, None, summary)
     return TensorValue(shape, dtype, data.tolist())
+
+
+def extremes(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """`torch.aminmax(values)`, read in memory order where the layout is another order of it
+    (a Linear's weight gradient is a transpose): torch reduces a transposed tensor several times
+    slower. The least and greatest of a set of numbers do not depend on the order they are read
+    in, except which of two zeros (0.0, -0.0) or which nan comes out: then, as torch gives them
+    in the layout."""
+    if not values.is_contiguous():
+        strides = values.stride()
+        order = sorted(range(values.dim()), key=lambda dim: -strides[dim])
+        flat = values.permute(order)
+        if flat.is_contiguous():
+            low, high = torch.aminmax(flat)
+            least, greatest = low.item(), high.item()
+            if least != 0 and greatest != 0 and not math.isnan(least) and not math.isnan(greatest):
+                return low, high
+    return torch.aminmax(values)
 
 
 def recorded_tensor(value: TensorValue) -> torch.Tensor:

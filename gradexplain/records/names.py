@@ -9,7 +9,7 @@ import re
 from collections import Counter
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import TypeVar
 
 K = TypeVar("K", bound=Hashable)
@@ -121,6 +121,7 @@ def distinct(named: Iterable[tuple[K, str]], taken: Iterable[str] = ()) -> dict[
     return found
 
 
+@lru_cache(maxsize=4096)  # the same few names, in every label of a deep model
 def latex_of(short: str) -> str:
     """A short tensor name as LaTeX: `x`, `w_{1}`, `\\mathrm{weight}`, `t^{(2)}` for `t@2`."""
     called = re.fullmatch(r"(.*)@(\d+)", short)

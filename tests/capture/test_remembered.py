@@ -1,0 +1,202 @@
+"""The memo of values and expected statistics (capture/remembered.py) hands out a result only for
+the same values: a tensor changed in place after its first record is recorded anew, however it
+was changed (also where torch's version counter does not see it), and a wrong claim still fails
+its check when what it is checked against was remembered (and in tests/capture/test_checks.py,
+a wrong label with the memo)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import pytest
+import torch
+
+from gradexplain.capture import remembered as remembered_module
+from gradexplain.capture.checks import check
+from gradexplain.capture.remembered import forgetting, remembered, remembering
+from gradexplain.capture.values import tensor_value, value_limit
+from gradexplain.records.trace import Summary, TensorValue
+
+Change = Callable[[torch.Tensor], None]
+
+
+@pytest.fixture(autouse=True, params=["memcmp", "without"])
+def comparison(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test with the C library's memcmp, and as where ctypes finds none."""
+    if request.param == "without":
+        monkeypatch.setattr(remembered_module, "_MEMCMP", None)
+
+
+def _in_place(tensor: torch.Tensor) -> None:
+    tensor.mul_(3.0)
+
+
+def _through_data(tensor: torch.Tensor) -> None:
+    tensor.data.mul_(3.0)  # torch's version counter does not count this write
+
+
+def _replaced_data(tensor: torch.Tensor) -> None:
+    tensor.data = tensor.detach() * 3.0
+
+
+def _counted() -> tuple[list[torch.Tensor], Callable[[torch.Tensor], float]]:
+    calls: list[torch.Tensor] = []
+
+    def total(tensor: torch.Tensor) -> float:
+        calls.append(tensor)
+        return float(tensor.sum())
+    return calls, total
+
+
+def test_the_same_values_are_computed_once() -> None:
+    tensor = torch.arange(6.0).reshape(2, 3)
+    calls, total = _counted()
+    with remembering():
+        assert remembered(tensor, "sum", total) == 15.0
+        assert remembered(tensor, "sum", total) == 15.0
+        assert remembered(tensor.detach(), "sum", total) == 15.0  # another view of the same
+        assert remembered(tensor.t(), "sum", total) == 15.0  # another layout: computed again
+        assert remembered(tensor, "other", total) == 15.0  # another kind: computed again
+    assert len(calls) == 3
+    assert remembered(tensor, "sum", total) == 15.0  # outside the block: always computed
+    assert len(calls) == 4
+
+
+def test_nothing_is_remembered_while_forgetting() -> None:
+    tensor = torch.arange(6.0)
+    calls, total = _counted()
+    with remembering():
+        remembered(tensor, "sum", total)
+        with forgetting():
+            remembered(tensor, "sum", total)
+            remembered(tensor, "sum", total)
+        remembered(tensor, "sum", total)
+    assert len(calls) == 3
+
+
+def test_a_result_of_the_values_alone_is_shared_by_tensors_of_the_same_values() -> None:
+    """Another tensor of the same bits and layout (another pass's) takes an `alike` result;
+    one that differs only inside (its first and last bytes alike), another layout, or a
+    result tied to the tensor, is computed again."""
+    first = torch.arange(64.0).reshape(8, 8)
+    same = first.clone()
+    inside = first.clone()
+    inside[4, 4] = -1.0
+    calls, total = _counted()
+    with remembering():
+        for tensor in (first, same, inside, first.t().contiguous().t()):
+            assert remembered(tensor, "sum", total, alike=True) == float(tensor.sum())
+        assert remembered(same, "tied", total) == float(same.sum())
+    assert len(calls) == 4  # first, inside, the transposed layout, and the tied kind
+    assert calls[0] is first and calls[1] is inside and calls[3] is same
+
+
+# Small tensors are compared with their copy as bytes, large ones by torch (`remembered._same`).
+SIZES = [(2, 3), (300, 300)]
+
+
+def _values(size: tuple[int, int]) -> torch.Tensor:
+    return torch.linspace(-3.0, 4.0, math.prod(size)).reshape(size)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=["small", "large"])
+@pytest.mark.parametrize("change", [_in_place, _through_data, _replaced_data])
+@pytest.mark.parametrize("limit", [None, 4])  # values, and summaries
+def test_a_tensor_changed_after_its_first_record_is_recorded_anew(
+        size: tuple[int, int], change: Change, limit: int | None) -> None:
+    tensor = _values(size)
+    with value_limit(limit), remembering():
+        first = tensor_value(tensor)
+        change(tensor)
+        second = tensor_value(tensor)
+        again = tensor_value(tensor)
+    with value_limit(limit):
+        fresh = tensor_value(tensor * 1.0)
+    assert second == fresh and again == fresh
+    assert first != second
+    if limit is not None:
+        assert second is not None and second.summary is not None
+        assert second.summary.max == pytest.approx(12.0)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=["small", "large"])
+def test_minus_zero_is_not_zero(size: tuple[int, int]) -> None:
+    """Equal as numbers, but recorded (and printed) differently: told apart by their bits."""
+    tensor = torch.zeros(size)
+    with remembering():
+        first = _signs(tensor_value(tensor))
+        tensor.data.neg_()
+        changed = _signs(tensor_value(tensor))
+    assert first == {1.0} and changed == {-1.0}
+
+
+def _signs(value: TensorValue | None) -> set[float]:
+    """The signs of the numbers recorded (of the extremes, for a summary)."""
+    assert value is not None
+    if value.summary is not None:
+        numbers = [value.summary.min, value.summary.max]
+    else:
+        assert isinstance(value.value, list)
+        numbers = [float(item) for row in value.value for item in row]  # type: ignore[union-attr, arg-type]
+    return {math.copysign(1.0, number) for number in numbers}
+
+
+def test_a_freed_tensors_address_reused_by_other_values() -> None:
+    """A tensor freed and another made in its memory, with the same shape and version: the
+    key is the same, the values are not."""
+    with remembering():
+        seen = []
+        for number in range(20):
+            tensor = torch.full((4, 5), float(number))
+            seen.append(tensor_value(tensor))
+            del tensor
+    for number, value in enumerate(seen):
+        assert value == TensorValue((4, 5), "float32", [[float(number)] * 5] * 4)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: torch.arange(12.0).reshape(3, 4).t(),  # one block, another order
+    lambda: torch.arange(4.0).expand(3, 4),  # every value three times
+    lambda: torch.arange(24.0).reshape(4, 6)[:, ::2],  # values with gaps between
+    lambda: torch.arange(6, dtype=torch.int64),
+    lambda: torch.tensor([True, False]),
+], ids=["transposed", "expanded", "strided", "integers", "booleans"])
+def test_every_layout_is_recorded_as_without_the_memo(make: Callable[[], torch.Tensor]) -> None:
+    for limit in (None, 2):
+        with value_limit(limit):
+            plain = tensor_value(make())
+            with remembering():
+                tensor = make()
+                assert tensor_value(tensor) == plain
+                assert tensor_value(tensor) == plain
+
+
+def test_a_remembered_expected_value_checks_what_it_is_now() -> None:
+    """A check against an expected tensor remembered, then changed: against its new values."""
+    expected = torch.tensor([0.5, -1.0])
+    right, before = (TensorValue((2,), "float32", [1.0, -2.0]),
+                     TensorValue((2,), "float32", [0.5, -1.0]))
+    with remembering():
+        assert check(before, expected).verified
+        assert not check(right, expected).verified
+        expected.data.mul_(2.0)
+        assert check(right, expected).verified
+        assert not check(before, expected).verified
+
+
+def test_a_wrong_summary_fails_against_a_remembered_expected_value() -> None:
+    expected = torch.linspace(-1.0, 2.0, 12)
+    with value_limit(4):
+        recorded = tensor_value(expected)
+    assert recorded is not None and recorded.summary is not None
+    low, high, mean, norm = (recorded.summary.min, recorded.summary.max, recorded.summary.mean,
+                             recorded.summary.norm)
+    wrong = [Summary(low, high, mean + 0.01, norm), Summary(low, high * 1.001, mean, norm),
+             Summary(low, high, mean, norm * 0.99)]
+    with remembering():
+        assert check(recorded, expected).verified
+        for summary in wrong:
+            assert not check(TensorValue(recorded.shape, "float32", None, summary),
+                             expected).verified
+        assert check(recorded, expected).verified
