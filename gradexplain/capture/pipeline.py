@@ -8,9 +8,7 @@
 
 from __future__ import annotations
 
-import gc
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -29,6 +27,7 @@ from gradexplain.capture.replay import Replay, ReplayMismatch
 from gradexplain.capture.trace import trace
 from gradexplain.capture.usercode import blamed_on_user
 from gradexplain.capture.values import value_limit
+from gradexplain.collector import collector_paused
 from gradexplain.errors import (
     ComplexValueError,
     HookRefusedError,
@@ -61,25 +60,13 @@ def capture(spec: ModelSpec, spec_path: str, spec_text: str, make: Builder | Non
     Tensors above `max_values` elements are recorded as summaries (default 10,000).
     `progress` is told each stage of STAGES as it starts. torch runs with `threads` intra-op
     threads (None: as the caller has it), and the caller's setting is restored afterwards."""
-    with torch_threads(threads), value_limit(max_values), _collector_paused():
+    # The collector paused: a capture makes hundreds of thousands of small objects while torch
+    # holds as many alive, and its full sweeps took a fifth to a third of a deep model's
+    # capture; the capture makes few cycles, collected once it is back on.
+    with torch_threads(threads), value_limit(max_values), collector_paused():
         result, traces = _walk(spec, spec_path, make, progress or _silent)
     return Session(spec_text, tuple(item.name for item in spec.inputs), forward_steps(spec),
                    traces, result)
-
-
-@contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector off for the capture, as it was afterwards. A capture
-    makes hundreds of thousands of small objects while torch holds as many alive, so the
-    collector's full sweeps took a fifth to a third of a deep model's capture; the capture
-    makes few cycles, and they are collected when it is back on."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def _silent(stage: str) -> None:
