@@ -32,7 +32,7 @@ from gradexplain.cli_startup import (
     conversion_without_pydantic,
     plain_validate_files,
 )
-from gradexplain.collector import pause_collection, resume_collection
+from gradexplain.collector import freeze_survivors, pause_collection, resume_collection
 from gradexplain.errors import GradexplainError, UsageError, first_line
 from gradexplain.sessions import (
     NO_OPTIONS,
@@ -299,7 +299,11 @@ def _report_all(folder: Path, output: Path) -> None:
 def _session(spec: str | None, load: Path | None, options: RunOptions = NO_OPTIONS) -> Session:
     """The saved session, or the spec or Python model run (with a progress bar while it runs)."""
     source = open_source(spec, load, options)
-    return source if not isinstance(source, Source) else _capture(source)
+    if not isinstance(source, Source):
+        return source
+    session = _capture(source)
+    freeze_survivors()
+    return session
 
 
 def _capture(source: Source) -> Session:

@@ -1,7 +1,7 @@
 """The garbage collector during a command (`collector.pause_collection`): off while the command
 starts, on again when the run begins, with start-up's objects frozen out of its way (the capture
-pauses it itself while it runs: `capture.pipeline`); and untouched when `cli.main` runs inside
-another program."""
+pauses it itself while it runs: `capture.pipeline`), the run's session frozen after it; and
+untouched when `cli.main` runs inside another program."""
 
 from __future__ import annotations
 
@@ -72,3 +72,22 @@ def test_main_in_another_program_leaves_the_collector_alone(cli: CLI) -> None:
     assert cli("walk", "specs/two_modules.yaml", "--format", "json").code == 0
     assert gc.isenabled()
     assert gc.get_freeze_count() == frozen
+
+
+def test_what_the_run_made_is_frozen_after_it_in_the_command_only() -> None:
+    """`freeze_survivors`: in the command's own process (after `pause_collection`) the session
+    the run made joins what is frozen; anywhere else it freezes nothing."""
+    code = ("import gc\n"
+            "from gradexplain.collector import (freeze_survivors, pause_collection,\n"
+            "                                   resume_collection)\n"
+            "freeze_survivors()\n"
+            "print(gc.get_freeze_count() == 0)\n"
+            "pause_collection()\n"
+            "resume_collection()\n"
+            "before = gc.get_freeze_count()\n"
+            "session = [[index] for index in range(50_000)]\n"
+            "freeze_survivors()\n"
+            "print(gc.get_freeze_count() - before >= 50_000, gc.isenabled())\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=REPO, timeout=120, check=True)
+    assert done.stdout.split("\n") == ["True", "True True", ""]
