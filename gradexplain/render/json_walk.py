@@ -41,7 +41,7 @@ def walk_document(walk: Walk) -> Fields:
         # Beyond the contract's keys: every call in order, with .grad around it and errors.
         "runs": Items(map(to_data, walk.runs)),
         # Beyond the contract: the chain rule each argument's `step` points into.
-        "chain_rule": Items(map(_derivation_json, walk.derivations)),
+        "chain_rule": chain_rule_json(walk.derivations),
         "lessons": to_data(walk.lessons),
     })
 

@@ -25,12 +25,13 @@ if TYPE_CHECKING:
     Output = Iterator[str] | str | RenderableType
 
 OutputFormat = Literal["text", "json", "markdown"]
-# Text and markdown are made with the cycle collector paused (`collector_paused`): a
-# 300-layer timeline's renderables are hundreds of thousands of objects, no cycles to speak
-# of (it left ~10,000 objects to the collector), and the collector's sweeps over them and
-# the session took a third of its time. `cli_output.show` prints them so too.
+# Outputs are made with the cycle collector paused (`collector_paused`): a 300-layer
+# timeline's renderables are hundreds of thousands of objects, no cycles to speak of (it left
+# ~10,000 objects to the collector), and the collector's sweeps over them and the session took
+# a third of its time. `cli_output.show` prints them so too (JSON is made as it is printed).
 
 
+@collector_paused()
 def walk_output(walk: Walk, view: PinnedView | None, orders: Sequence[FiringOrder] | None,
                 output_format: OutputFormat, collapse: bool = True,
                 timeline: bool = False, pretty: bool = False) -> Output:
@@ -52,19 +53,18 @@ def walk_output(walk: Walk, view: PinnedView | None, orders: Sequence[FiringOrde
         from gradexplain.render.markdown_walk import walk_markdown
         from gradexplain.render.order import order_markdown
 
-        with collector_paused():
-            return blocks(walk_markdown(walk, view),
-                          *(order_markdown(item, 2) for item in orders or ()))
+        return blocks(walk_markdown(walk, view),
+                      *(order_markdown(item, 2) for item in orders or ()))
     from rich.console import Group
 
     from gradexplain.render.order import order_text
     from gradexplain.render.text_walk import walk_text
 
-    with collector_paused():
-        return Group(walk_text(walk, view, collapse=collapse, timeline=timeline),
-                     *(order_text(item) for item in orders or ()))
+    return Group(walk_text(walk, view, collapse=collapse, timeline=timeline),
+                 *(order_text(item) for item in orders or ()))
 
 
+@collector_paused()
 def diff_output(result: HookDiff, walk: Walk, view: PinnedView,
                 output_format: OutputFormat, pretty: bool = False) -> Output:
     """Legacy against full hooks in `output_format`, then the chain rule with each module
@@ -83,16 +83,14 @@ def diff_output(result: HookDiff, walk: Walk, view: PinnedView,
         from gradexplain.render.markdown_diff import diff_markdown
         from gradexplain.render.markdown_pinned import pinned_markdown
 
-        with collector_paused():
-            return blocks(diff_markdown(result), heading(2, "Chain rule"),
-                          pinned_markdown(view.derivations, walk.naming, 3))
+        return blocks(diff_markdown(result), heading(2, "Chain rule"),
+                      pinned_markdown(view.derivations, walk.naming, 3))
     from rich.console import Group
 
     from gradexplain.render.text_diff import diff_text
     from gradexplain.render.text_pinned import pinned_text
 
-    with collector_paused():
-        return Group(diff_text(result), *(pinned_text(item) for item in view.derivations))
+    return Group(diff_text(result), *(pinned_text(item) for item in view.derivations))
 
 
 __all__ = ["Output", "OutputFormat", "diff_output", "walk_output"]
