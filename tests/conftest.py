@@ -31,12 +31,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 @pytest.fixture
-def golden(request: pytest.FixtureRequest) -> Callable[[str, str], None]:
+def golden(request: pytest.FixtureRequest) -> Callable[..., None]:
     """Compare output with its golden file, numbers within a tolerance (tests/helpers/printed.py
-    says which); `--update-golden` rewrites the file instead, the only way to change one."""
+    says which; a JSON file passes `mismatch=json_mismatch`, tests/helpers/golden_json.py);
+    `--update-golden` rewrites the file instead, the only way to change one."""
     update = bool(request.config.getoption("--update-golden"))
 
-    def compare(name: str, text: str) -> None:
+    def compare(name: str, text: str,
+                mismatch: Callable[[str, str], object | None] = first_mismatch) -> None:
         path = GOLDEN / name
         if update:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -44,12 +46,12 @@ def golden(request: pytest.FixtureRequest) -> Callable[[str, str], None]:
             return
         assert path.exists(), f"no golden file {path}: run pytest --update-golden, read it"
         expected = path.read_text(encoding="utf-8")
-        mismatch = first_mismatch(expected, text)
-        if mismatch is not None:
+        found = mismatch(expected, text)
+        if found is not None:
             changes = "".join(list(difflib.unified_diff(
                 expected.splitlines(keepends=True), text.splitlines(keepends=True),
                 str(path), "today's output"))[:60])
-            pytest.fail(f"output differs from {path} at {mismatch}\n(if intended: pytest "
+            pytest.fail(f"output differs from {path} at {found}\n(if intended: pytest "
                         f"--update-golden, then read the diff)\n{changes}", pytrace=False)
 
     return compare

@@ -22,14 +22,17 @@ from tests.helpers.cli import REPO, SPECS
 
 SPEC_COUNT = len(list(SPECS.glob("*.yaml")))
 
-# The golden files (a report and a diff per spec) and the byte-identical outputs across
-# processes with different hash seeds and thread counts.
+# The golden files (a report, a diff, the walk's JSON and timeline per spec) and the
+# byte-identical outputs across processes with different hash seeds and thread counts.
 TESTS = [
     "tests/render/test_report.py::test_report_matches_its_golden_file",
     "tests/render/test_report.py::test_diff_matches_its_golden_file",
+    "tests/render/test_walk_golden.py",
     "tests/test_determinism.py::test_every_output_is_byte_identical_across_processes",
 ]
-EXPECTED_PASSED = 2 * SPEC_COUNT + 1
+# A report and a diff per spec, the walk's JSON and timeline per spec and two Python models'
+# JSON, and the determinism test.
+EXPECTED_PASSED = 4 * SPEC_COUNT + 2 + 1
 
 FLOAT_PATHS = {
     "mkl-compatible": {"MKL_CBWR": "COMPATIBLE"},

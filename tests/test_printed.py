@@ -3,11 +3,13 @@ digit passes, any real change fails."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
 
 from tests.helpers.cli import GOLDEN
+from tests.helpers.golden_json import json_mismatch
 from tests.helpers.printed import (
     NOISE_FLOOR,
     RELATIVE,
@@ -145,3 +147,33 @@ def test_a_printout_line_against_the_real_one() -> None:
     assert not same_printout("      grad_input[0]   ∂z/∂y  [0.18746]  ✓", real)
     assert not same_printout("  grad_input[0]   ∂z/∂t  [0.18746]  ✓", real)  # indentation
     assert not same_printout("      grad_input[0]   ∂z/∂t  [0.19746]  ✓", real)
+
+
+# --- JSON golden files (tests/helpers/golden_json.py) ------------------------------------------
+
+def _doc(values: object, seq: object = 3, name: object = "grad_input[0]") -> str:
+    return json.dumps({"events": [{"seq": seq, "args": [{"name": name, "value": values}]}]})
+
+
+def test_json_golden_allows_rounding_relative_to_the_tensors_largest_value() -> None:
+    # -0.000263 computed as a difference of values near 2: another order of rounding moves it
+    # by 3e-7, which is 1e-3 of itself but 1.5e-7 of the tensor.
+    assert json_mismatch(_doc([[2.0, -0.00026285]]), _doc([[2.0000001, -0.00026314]])) is None
+
+
+def test_json_golden_refuses_a_value_off_by_more_than_the_tensors_rounding() -> None:
+    found = json_mismatch(_doc([[2.0, -0.00026285]]), _doc([[2.0, -0.0011]]))
+    assert found is not None and "value 1" in found
+
+
+def test_json_golden_refuses_changed_keys_text_and_integers() -> None:
+    assert json_mismatch(_doc([1.0]), _doc([1.0], seq=4)) is not None
+    assert json_mismatch(_doc([1.0]), _doc([1.0], name="grad_input[1]")) is not None
+    assert json_mismatch(_doc([1.0]), _doc([1.0, 2.0])) is not None
+    assert json_mismatch(_doc([1.0]), _doc(None)) is not None
+    assert json_mismatch('{"a": 1, "b": 2}', '{"b": 2, "a": 1}') is not None
+
+
+def test_json_golden_compares_a_number_alone_by_its_own_size() -> None:
+    assert json_mismatch('{"x": -0.0412045}', '{"x": -0.0412046}') is None
+    assert json_mismatch('{"x": -0.0412045}', '{"x": -0.0413}') is not None

@@ -15,6 +15,7 @@ from gradexplain.api import Explanation, explain
 from gradexplain.render.console import plain_text
 from tests.helpers.capture import captured
 from tests.helpers.cli import REPO, SPECS
+from tests.helpers.golden_json import json_mismatch
 
 SPEC_FILES = sorted(path.name for path in SPECS.glob("*.yaml"))
 
@@ -27,7 +28,8 @@ def json_text(data: dict[str, Any]) -> str:
 
 @pytest.mark.parametrize("spec", SPEC_FILES)
 def test_walk_json_matches_its_golden_file(spec: str, golden: Any) -> None:
-    golden(f"walk/{Path(spec).stem}.json", json_text(Explanation(captured(spec)).json()))
+    golden(f"walk/{Path(spec).stem}.json", json_text(Explanation(captured(spec)).json()),
+           mismatch=json_mismatch)
 
 
 @pytest.mark.parametrize("spec", SPEC_FILES)
@@ -48,4 +50,4 @@ def _example(name: str) -> Any:
 def test_python_model_json_matches_its_golden_file(name: str, shape: tuple[int, ...],
                                                    golden: Any) -> None:
     explanation = explain(_example(name), shape)
-    golden(f"walk/{name}.json", json_text(explanation.json()))
+    golden(f"walk/{name}.json", json_text(explanation.json()), mismatch=json_mismatch)
