@@ -208,6 +208,45 @@ class PythonModel:
     output: tuple[str, ...] = ()
 
 
+WrapKind = Literal["ddp", "fsdp"]
+
+
+@dataclass(frozen=True)
+class DDPOptions:
+    """The DistributedDataParallel options a spec may set; torch's defaults where it does not.
+    `no_sync`: the pass's forward and backward run inside `ddp.no_sync()` (no all-reduce)."""
+
+    find_unused_parameters: bool = False
+    static_graph: bool = False
+    gradient_as_bucket_view: bool = False
+    bucket_cap_mb: float | None = None  # None: torch's default (25 MB)
+    no_sync: bool = False
+
+
+@dataclass(frozen=True)
+class RankInputs:
+    """One rank's own values for some of the spec's inputs, by input name; the inputs it does
+    not name are made as the spec makes them. Each has its input's shape and dtype."""
+
+    values: tuple[tuple[str, TensorInit], ...]
+
+
+@dataclass(frozen=True)
+class DistributedSpec:
+    """How the spec runs under `walk --ranks N`: what differs per rank and how it is wrapped.
+
+    `inputs` gives each rank its own values (rank by rank; empty: every rank has the spec's);
+    `split` names inputs whose batch (dim 0) is cut into equal parts, one per rank. `ranks` is
+    the number of ranks the spec is written for (None: whatever --ranks says, 2 by default)."""
+
+    ranks: int | None
+    wrap: WrapKind
+    inputs: tuple[RankInputs, ...]
+    split: tuple[str, ...]
+    ddp: DDPOptions
+    where: Location = field(compare=False)
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     """A whole spec, loaded and checked (or made for a Python model: `python` says which)."""
@@ -225,6 +264,7 @@ class ModelSpec:
     captures: tuple[Capture, ...]
     tensors: tuple[TensorInfo, ...] = ()
     python: PythonModel | None = None
+    distributed: DistributedSpec | None = None
 
     def tensor(self, name: str) -> TensorInfo | None:
         for info in self.tensors:
