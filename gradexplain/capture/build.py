@@ -53,6 +53,8 @@ from gradexplain.language.model import (
 
 Observer = Callable[[str, Any], None]
 Builder = Callable[[], "Built"]  # a fresh, identical build each call (a Python model's maker)
+# What a distributed walk does to each pass's build before tracing it (distributed/wrap.py).
+Wrap = Callable[["Built"], "Built"]
 _observer: ContextVar[Observer | None] = ContextVar("gradexplain_observer", default=None)
 
 _DTYPES: dict[DType, torch.dtype] = {
@@ -79,6 +81,9 @@ class Built:
     spec: ModelSpec
     model: nn.Module
     inputs: tuple[torch.Tensor, ...]
+    # What the model is called through, when a distributed walk wraps it (DDP, FSDP2: see
+    # distributed/wrap.py). The model's own modules and parameters keep every hook and name.
+    wrapper: nn.Module | None = None
 
     def forward(self) -> dict[str, Any]:
         """Call the model on the inputs as its user would; what it returned, by name.
@@ -90,8 +95,9 @@ class Built:
         are reported to the observer like any step's.
         """
         python = self.spec.python
+        called = self.model if self.wrapper is None else self.wrapper
         if python is None:
-            output = self.model(*self.inputs)
+            output = called(*self.inputs)
             outputs = output if isinstance(output, tuple) else (output,)
             return dict(zip(self.spec.root.returns, outputs, strict=True))
         try:
@@ -99,7 +105,7 @@ class Built:
             # passes and the check run must compute the same thing.
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(self.spec.seed)
-                output = self.model(*self.inputs)
+                output = called(*self.inputs)
         except BaseException as error:  # the user's sys.exit() and BaseExceptions too
             # (torch refusing full hooks on an in-place change is the pipeline's to handle:
             # it leaves them off the modules concerned, see capture/inplace.py)

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from gradexplain.capture.build import Builder, build
+from gradexplain.capture.build import Builder, Wrap, build
 from gradexplain.capture.derive import derivations
 from gradexplain.capture.inplace import Probe, probe_inplace
 from gradexplain.capture.label import label_pass
@@ -54,7 +54,7 @@ Progress = Callable[[str], None]
 
 def capture(spec: ModelSpec, spec_path: str, spec_text: str, make: Builder | None = None,
             max_values: int | None = None, progress: Progress | None = None,
-            threads: int | None = DEFAULT_THREADS) -> Session:
+            threads: int | None = DEFAULT_THREADS, wrap: Wrap | None = None) -> Session:
     """Everything a renderer needs about the spec's run, to render now or save for later.
     `make` builds a Python model (see `pymodel`); a YAML spec is built from the spec.
     Tensors above `max_values` elements are recorded as summaries (default 10,000).
@@ -64,7 +64,7 @@ def capture(spec: ModelSpec, spec_path: str, spec_text: str, make: Builder | Non
     # holds as many alive, and its full sweeps took a fifth to a third of a deep model's
     # capture; the capture makes few cycles, collected once it is back on.
     with torch_threads(threads), value_limit(max_values), collector_paused():
-        result, traces = _walk(spec, spec_path, make, progress or _silent)
+        result, traces = _walk(spec, spec_path, make, progress or _silent, wrap)
     return Session(spec_text, tuple(item.name for item in spec.inputs), forward_steps(spec),
                    traces, result)
 
@@ -73,20 +73,21 @@ def _silent(stage: str) -> None:
     pass
 
 
-def _walk(spec: ModelSpec, spec_path: str, make: Builder | None,
-          progress: Progress) -> tuple[Walk, tuple[PassTrace, ...]]:
+def _walk(spec: ModelSpec, spec_path: str, make: Builder | None, progress: Progress,
+          wrap: Wrap | None = None) -> tuple[Walk, tuple[PassTrace, ...]]:
     fresh = make or (lambda: build(spec))
+    traced = fresh if wrap is None else (lambda: wrap(fresh()))
     # Each summary and check statistic computed once per distinct tensor (`remembered`), in
     # both passes and the checks: they see the same values many times.
     with remembering():
         progress(STAGES[0])
-        legacy = trace(fresh(), "legacy")
+        legacy = trace(traced(), "legacy")
         progress(STAGES[1])
-        full = _full_pass(fresh)
+        full = _full_pass(traced, fresh)
         return _label_and_check(spec, spec_path, legacy, full, fresh, progress), (legacy, full)
 
 
-def _full_pass(fresh: Builder) -> PassTrace:
+def _full_pass(traced: Builder, fresh: Builder) -> PassTrace:
     """The full pass, with full hooks on every module torch takes them on. Most models have no
     in-place op on what full hooks wrap, and pay nothing for it: only when torch refuses does a
     probe forward (`inplace`) find the modules to leave without full hooks, and the pass runs
@@ -100,7 +101,7 @@ def _full_pass(fresh: Builder) -> PassTrace:
     while attempts:
         tried = attempts.pop(0)
         try:
-            full = trace(fresh(), "full", tried)
+            full = trace(traced(), "full", tried)
         except (ModelRunError, SpecRunError) as error:
             message = first_line(error.__cause__ or error)
             if not _hook_view_error(message):

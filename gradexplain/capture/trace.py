@@ -20,11 +20,13 @@ import warnings
 from collections import deque
 from collections.abc import Sequence
 from contextlib import ExitStack
+from dataclasses import replace
 from typing import Any
 
 import torch
 from torch import nn
 
+from gradexplain.capture.buckets import bucket_recorder
 from gradexplain.capture.build import Built, make_tensor, observe
 from gradexplain.capture.user_hooks import user_hooks
 from gradexplain.capture.usercode import user_frame
@@ -65,11 +67,15 @@ def trace(built: Built, mode: Mode, refusals: tuple[Refusal, ...] = ()) -> PassT
         recorder.user_hooks = hooks.enter_context(user_hooks(built.model, mode, recorder))
         recorder.register_module_hooks(hooks)
         recorder.register_leaf_hooks(hooks)
+        buckets = bucket_recorder(built.wrapper, built.model, recorder.position)
+        if buckets is not None:
+            buckets.register()  # DDP keeps it for the life of its (one-pass) wrapper
         with observe(recorder.named):
             recorder.run_forward()
         recorder.register_node_hooks(hooks)
         recorder.run_backward()
-    return recorder.result()
+    result = recorder.result()
+    return result if buckets is None else replace(result, buckets=buckets.calls())
 
 
 class _Recorder:
@@ -179,6 +185,10 @@ class _Recorder:
         if known is None and self.phase == "forward":
             known = self.index(value)
         return Arg(name, tensor_value(value), known)
+
+    def position(self) -> tuple[int, int | None]:
+        """The run under way and the last event so far (None: none yet)."""
+        return self.run, (len(self.events) - 1 if self.events else None)
 
     def record(self, hook: HookKind, target: str, node: Node | None, args: list[Arg]) -> None:
         self.flush_warnings()

@@ -40,7 +40,19 @@ def tensor_value(tensor: torch.Tensor | None) -> TensorValue | None:
     if tensor is None:
         return None
     limit = _value_limit.get()
-    return remembered(tensor, ("value", limit), lambda item: _recorded(item, limit), alike=True)
+    return remembered(local_part(tensor), ("value", limit), lambda item: _recorded(item, limit),
+                      alike=True)
+
+
+def local_part(tensor: torch.Tensor) -> torch.Tensor:
+    """What this process holds of a tensor: a DTensor's local shard (FSDP2's parameters and
+    their `.grad` are DTensors, sharded across ranks), any other tensor itself."""
+    to_local = getattr(tensor, "to_local", None)
+    if to_local is None or type(tensor) is torch.Tensor:
+        return tensor
+    with torch.no_grad():
+        local: torch.Tensor = to_local()
+    return local
 
 
 def _recorded(tensor: torch.Tensor, limit: int) -> TensorValue:

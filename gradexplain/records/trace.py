@@ -238,6 +238,23 @@ class Refusal:
 
 
 @dataclass(frozen=True)
+class BucketCall:
+    """One call of DDP's communication hook in a distributed walk (the walk registers one that
+    records the bucket, then does what DDP's default hook does: all-reduce, divide by the world
+    size). `parameters` are the bucket's parameters in its order; `before` each one's gradient
+    as the bucket held it when handed to the hook (shaped as the parameter); `after` the same
+    slots once the all-reduce completed, before the division: the sum over ranks (None: it
+    never completed). `after_seq` is the event it fired after (None: before every event)."""
+
+    index: int
+    run: int
+    after_seq: int | None
+    parameters: tuple[str, ...]
+    before: tuple[TensorValue | None, ...]
+    after: tuple[TensorValue | None, ...]
+
+
+@dataclass(frozen=True)
 class PassTrace:
     """Everything one pass (legacy or full module hooks) recorded."""
 
@@ -252,6 +269,8 @@ class PassTrace:
     user_hooks: tuple[UserHook, ...] = ()  # the user's own hooks found on the build
     # Modules torch would refuse full hooks on (full pass only): no full hooks were put on them.
     refusals: tuple[Refusal, ...] = ()
+    # DDP's communication hook calls, in firing order (a distributed walk under DDP only).
+    buckets: tuple[BucketCall, ...] = ()
 
     def named(self, name: str) -> TensorRecord | None:
         return self._by_name.get(name)
