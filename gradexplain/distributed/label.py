@@ -1,0 +1,290 @@
+"""Every rank's walk read as a distributed one: whose derivative each value the wrapping
+touches is (this rank's own, the sum or the mean over ranks, a shard of the mean), where it
+was taken relative to the all-reduce, and its check against the single-process reference.
+
+The rank's own walk already labels and checks every hook argument against that rank's own
+hook-free run: module, tensor and node hooks see local gradients under DDP, and those checks
+stand. What this stage adds is decided from what the run recorded, never from values:
+- DDP: a parameter whose bucket the communication hook all-reduced ends with the mean over
+  ranks; one in no completed bucket (no_sync, a reduction DDP never finished) keeps its own.
+- FSDP2: a parameter's `.grad` and its post-accumulate hook hold this rank's rows of the mean
+  (FSDP2 reduce-scatters along dim 0, in torch.chunk's parts); its tensor hooks never fire.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from gradexplain.capture.checks import check
+from gradexplain.language.model import DDPOptions, WrapKind
+from gradexplain.records.check import Check
+from gradexplain.records.distributed import (
+    BucketSlot,
+    CheckedBucket,
+    DistributedGrad,
+    RankPass,
+    RankWalk,
+    ScopedArg,
+    Silent,
+    Whose,
+)
+from gradexplain.records.session import Session
+from gradexplain.records.trace import BucketCall, PassTrace, TensorValue
+from gradexplain.records.walk import FinalGrad, LabelledEvent, PassWalk, RunStep, Walk
+
+# Each leaf's gradient in single-process runs of every rank's inputs, and their mean.
+Reference = dict[str, tuple[tuple[torch.Tensor | None, ...], torch.Tensor | None]]
+
+
+@dataclass(frozen=True)
+class Setup:
+    """How the walk ran: the world size, the wrapping and its options."""
+
+    world_size: int
+    wrap: WrapKind
+    ddp: DDPOptions
+
+
+def rank_walk(rank: int, session: Session, reference: Reference, setup: Setup) -> RankWalk:
+    """One rank's session read as part of the distributed walk."""
+    parameters = _parameters(session)
+    passes = []
+    walk_passes = []
+    for walk_pass in session.walk.passes:
+        trace = session.trace(walk_pass.mode)
+        assert trace is not None
+        reading = _Reading(rank, trace, walk_pass, parameters, reference, setup)
+        rank_pass = reading.ddp() if setup.wrap == "ddp" else reading.fsdp()
+        passes.append(rank_pass)
+        walk_passes.append(_with_grads(walk_pass, rank_pass))
+    walk = dataclasses.replace(session.walk, passes=tuple(walk_passes),
+                              runs=_runs_with_grads(session.walk, passes[0] if passes else None))
+    inputs = tuple((name, None if (record := session.traces[0].named(name)) is None
+                    else record.value) for name in session.inputs)
+    return RankWalk(rank, inputs, walk, tuple(passes))
+
+
+def _parameters(session: Session) -> list[str]:
+    """The leaves that are the model's parameters (every leaf but its inputs) that require
+    grad, in the order the pass recorded their `.grad`."""
+    trace = session.traces[0]
+    inputs = set(session.inputs)
+    return [name for name, _ in trace.grads
+            if name not in inputs and (record := trace.named(name)) is not None
+            and record.requires_grad]
+
+
+class _Reading:
+    """One pass of one rank, read against the reference."""
+
+    def __init__(self, rank: int, trace: PassTrace, walk_pass: PassWalk,
+                 parameters: list[str], reference: Reference, setup: Setup) -> None:
+        self.rank = rank
+        self.trace = trace
+        self.walk_pass = walk_pass
+        self.parameters = parameters
+        self.reference = reference
+        self.setup = setup
+        self.ranks = f"{setup.world_size} ranks"
+        backward = [run for run in trace.runs if run.kind == "backward"]
+        # The reference runs the spec's calls once, as one step of training does: a pass with
+        # more calls (accumulation under DDP) is checked where its hooks are, not at the end.
+        self.one_backward = (len(backward) == 1 and not backward[0].failed
+                             and not trace.runs[-1].failed)
+
+    # --- DDP ----------------------------------------------------------------------------
+
+    def ddp(self) -> RankPass:
+        completed = [bucket for bucket in self.trace.buckets
+                     if any(item is not None for item in bucket.after)]
+        reduced = {name for bucket in completed for name in bucket.parameters}
+        buckets = tuple(self.bucket(bucket) for bucket in self.trace.buckets)
+        grads = tuple(self.ddp_grad(grad, reduced) for grad in self.walk_pass.grads)
+        scoped = tuple(self.ddp_scoped(event) for event in self.walk_pass.events
+                       if event.hook in ("tensor", "post_accumulate_grad")
+                       and event.target in self.parameters and event.args)
+        return RankPass(self.walk_pass.mode, scoped, buckets, grads, self.silent(reduced))
+
+    def bucket(self, call: BucketCall) -> CheckedBucket:
+        slots = []
+        for name, before, after in zip(call.parameters, call.before, call.after, strict=True):
+            local, _ = self.reference.get(name, ((), None))
+            mine = local[self.rank] if self.rank < len(local) else None
+            changed_by = self.changed_by(name)
+            before_check = None if changed_by is not None else _check(before, mine, before)
+            summed = _sum(local)
+            after_check = (None if changed_by is not None or after is None
+                           else _check(after, summed, after))
+            slots.append(BucketSlot(name, before, before_check, after, after_check,
+                                    changed_by))
+        return CheckedBucket(call.index, call.run, call.after_seq, tuple(slots))
+
+    def ddp_grad(self, grad: FinalGrad, reduced: set[str]) -> DistributedGrad:
+        local, mean = self.reference.get(grad.name, ((), None))
+        mine = local[self.rank] if self.rank < len(local) else None
+        if grad.name not in self.parameters:
+            whose = Whose("local", f"rank {self.rank}'s own gradient",
+                          "an input's gradient: DDP synchronises parameters only")
+            return DistributedGrad(grad.name, grad.value, whose, grad.check)
+        changed_by = grad.modified_by or self.changed_by(grad.name)
+        if grad.name in reduced:
+            whose = Whose("mean", f"the mean over {self.ranks} of each rank's own gradient",
+                          "after the all-reduce: DDP wrote the averaged bucket into .grad "
+                          "when backward finished")
+            expected = mean
+        else:
+            why = ("inside no_sync(): DDP all-reduced nothing" if self.setup.ddp.no_sync
+                   else "DDP all-reduced no bucket holding it in this pass")
+            whose = Whose("local", f"rank {self.rank}'s own gradient", why)
+            expected = mine
+        if changed_by is not None:
+            return DistributedGrad(grad.name, grad.value, whose, None,
+                                   f"changed by your hook {changed_by}")
+        if not self.one_backward:
+            return DistributedGrad(grad.name, grad.value, whose, None,
+                                   "checked per hook: the pass ran more than one backward call")
+        return DistributedGrad(grad.name, grad.value, whose,
+                               _check(grad.value, expected, grad.value))
+
+    def ddp_scoped(self, event: LabelledEvent) -> ScopedArg:
+        launched = sorted({bucket.index for bucket in self.trace.buckets
+                           if bucket.run == event.run and bucket.after_seq is not None
+                           and bucket.after_seq < event.seq})
+        if self.setup.ddp.no_sync:
+            when = "inside no_sync(): no all-reduce in this pass"
+        elif not launched:
+            when = "before DDP's all-reduce: no bucket had been handed over yet"
+        else:
+            numbers = ", ".join(str(index) for index in launched)
+            when = (f"after bucket{'s' if len(launched) > 1 else ''} {numbers} "
+                    "went to the all-reduce, before backward wrote the mean into .grad")
+        what = ("gradient" if event.hook == "tensor" else ".grad")
+        whose = Whose("local", f"rank {self.rank}'s own {what} of {event.target}", when)
+        return ScopedArg(event.seq, event.args[0].name, whose, None)
+
+    def changed_by(self, name: str) -> str | None:
+        """The user's hook that changed `name`'s gradient on this rank in this pass, if any."""
+        for event in self.walk_pass.events:
+            if (event.target == name and event.user is not None and event.changed
+                    and event.hook in ("tensor", "post_accumulate_grad")):
+                return event.user
+        return None
+
+    def silent(self, reduced: set[str]) -> tuple[Silent, ...]:
+        """The parameters' tensor and post-accumulate hooks that never fired on this rank."""
+        if not any(not run.failed and run.kind == "backward" for run in self.trace.runs):
+            return ()
+        fired = {(event.hook, event.target) for event in self.walk_pass.events}
+        silent = []
+        for name in self.parameters:
+            for hook in ("tensor", "post_accumulate_grad"):
+                if (hook, name) in fired:
+                    continue
+                why = self.fsdp_silence(hook) if self.setup.wrap == "fsdp" else (
+                    f"rank {self.rank}'s forward did not use {name}: no gradient reached it")
+                if self.setup.wrap == "ddp" and name in reduced:
+                    why += (f"; DDP (find_unused_parameters) all-reduced zeros in its slot, "
+                            f"so its .grad here is the other ranks' sum / {self.setup.world_size}"
+                            ", which none of its hooks on this rank saw")
+                silent.append(Silent(hook, name, why))
+        return tuple(silent)
+
+    # --- FSDP2 ---------------------------------------------------------------------------
+
+    def fsdp(self) -> RankPass:
+        grads = tuple(self.fsdp_grad(grad) for grad in self.walk_pass.grads)
+        scoped = tuple(self.fsdp_scoped(event) for event in self.walk_pass.events
+                       if event.hook == "post_accumulate_grad"
+                       and event.target in self.parameters and event.args)
+        return RankPass(self.walk_pass.mode, scoped, (), grads, self.silent(set()))
+
+    def fsdp_whose(self, name: str) -> tuple[Whose, torch.Tensor | None]:
+        _, mean = self.reference.get(name, ((), None))
+        rows = None if mean is None else shard_rows(mean, self.setup.world_size, self.rank)
+        part = "" if rows is None else f" (rows {rows[0]}:{rows[1]}, this rank's shard)"
+        whose = Whose("mean", f"the mean over {self.ranks} of each rank's own gradient{part}",
+                      "after FSDP2's reduce-scatter", rows)
+        expected = None if mean is None or rows is None else mean[rows[0]:rows[1]]
+        return whose, expected if rows is not None else mean
+
+    def fsdp_grad(self, grad: FinalGrad) -> DistributedGrad:
+        if grad.name not in self.parameters:
+            whose = Whose("local", f"rank {self.rank}'s own gradient",
+                          "an input's gradient: FSDP2 shards parameters only")
+            return DistributedGrad(grad.name, grad.value, whose, grad.check)
+        whose, expected = self.fsdp_whose(grad.name)
+        if not self.one_backward:
+            return DistributedGrad(grad.name, grad.value, whose, None,
+                                   "checked per hook: the pass ran more than one backward call")
+        return DistributedGrad(grad.name, grad.value, whose,
+                               _check(grad.value, expected, grad.value))
+
+    def fsdp_scoped(self, event: LabelledEvent) -> ScopedArg:
+        whose, expected = self.fsdp_whose(event.target)
+        value = event.args[0].value
+        if not self.one_backward:
+            return ScopedArg(event.seq, event.args[0].name, whose, None,
+                             "the pass ran more than one backward call")
+        return ScopedArg(event.seq, event.args[0].name, whose, _check(value, expected, value))
+
+    def fsdp_silence(self, hook: str) -> str:
+        if hook == "tensor":
+            return ("FSDP2 replaced the parameter with a sharded DTensor, which is not in the "
+                    "autograd graph: a hook registered on it with register_hook never fires, "
+                    "and torch says nothing (FSDP2 runs post-accumulate-grad hooks itself)")
+        return "FSDP2 ran no post-accumulate-grad hook for it on this rank"
+
+
+def shard_rows(full: torch.Tensor, world_size: int, rank: int) -> tuple[int, int] | None:
+    """The rows of a parameter that rank `rank`'s FSDP2 shard holds: dim 0 cut as torch.chunk
+    cuts it (parts of ceil(rows / world_size); the last ranks' may be short or empty)."""
+    if full.dim() == 0:
+        return None
+    rows = full.shape[0]
+    size = math.ceil(rows / world_size)
+    start = min(rows, rank * size)
+    return start, min(rows, start + size)
+
+
+def _sum(local: Sequence[torch.Tensor | None]) -> torch.Tensor | None:
+    present = [item.double() for item in local if item is not None]
+    return None if not present else torch.stack(present).sum(0)
+
+
+def _check(value: TensorValue | None, expected: torch.Tensor | None,
+           shaped: TensorValue | None) -> Check:
+    """`value` against `expected`; no gradient expected (no rank reached the leaf) is zeros
+    of the value's shape where DDP put zeros, and no value at all where it left None."""
+    if expected is None:
+        if value is None:
+            return Check(True, 0.0, None)
+        expected = torch.zeros(tuple(shaped.shape) if shaped is not None else ())
+    return check(value, expected)
+
+
+def _with_grads(walk_pass: PassWalk, rank_pass: RankPass) -> PassWalk:
+    """The rank walk's pass with each `.grad`'s check the distributed one."""
+    checks = {grad.name: grad.check for grad in rank_pass.grads}
+    return dataclasses.replace(walk_pass, grads=tuple(
+        dataclasses.replace(grad, check=checks.get(grad.name, grad.check))
+        for grad in walk_pass.grads))
+
+
+def _runs_with_grads(walk: Walk, rank_pass: RankPass | None) -> tuple[RunStep, ...]:
+    """Each call's `.grad` after it, checked as the final one where the pass had one call (the
+    single-process rule, before + added, does not hold once the wrapping changed `.grad`)."""
+    if rank_pass is None:
+        return walk.runs
+    changed = {grad.name: grad for grad in rank_pass.grads if grad.whose.scope != "local"
+               or grad.not_checked is not None}
+    return tuple(dataclasses.replace(step, leaves=tuple(
+        dataclasses.replace(leaf, check=changed[leaf.name].check) if leaf.name in changed
+        else leaf for leaf in step.leaves)) for step in walk.runs)
+
+
+__all__ = ["Reference", "Setup", "rank_walk", "shard_rows"]

@@ -1,0 +1,202 @@
+"""What a user would get wrong about hooks under the wrapping, each said only where this walk
+shows it, with this walk's own numbers (the full pass of ranks 0 and 1).
+
+One function per pitfall: it looks at the ranks' records and returns a Pitfall or None.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from gradexplain.records.distributed import Pitfall, RankPass, RankWalk
+from gradexplain.records.numbers import fmt_value
+from gradexplain.records.trace import TensorValue
+
+Finder = Callable[[Sequence[RankWalk], int], Pitfall | None]
+
+
+def _value(value: TensorValue | None) -> str:
+    return "None" if value is None else fmt_value(value)
+
+
+def _event_value(rank: RankWalk, mode: str, seq: int) -> TensorValue | None:
+    walk_pass = next(item for item in rank.walk.passes if item.mode == mode)
+    event = next(item for item in walk_pass.events if item.seq == seq)
+    return event.args[0].value if event.args else None
+
+
+def _final(rank_pass: RankPass, name: str) -> TensorValue | None:
+    return next((grad.value for grad in rank_pass.grads if grad.name == name), None)
+
+
+def _main_pass(rank: RankWalk) -> RankPass | None:
+    return rank.pass_named("full") or (rank.passes[0] if rank.passes else None)
+
+
+def post_accumulate_local(ranks: Sequence[RankWalk], world_size: int) -> Pitfall | None:
+    """DDP: a post-accumulate-grad hook sees this rank's own `.grad`, before the all-reduce."""
+    return _local_hook(ranks, "post_accumulate_grad", "post_accumulate_local",
+                       "register_post_accumulate_grad_hook sees this rank's own .grad",
+                       "An optimizer step inside it (optimizer-in-backward, fused backward "
+                       "passes) steps on unsynchronised gradients: each rank a different model.")
+
+
+def tensor_hook_local(ranks: Sequence[RankWalk], world_size: int) -> Pitfall | None:
+    """DDP: `param.register_hook` sees this rank's own gradient, not the average."""
+    return _local_hook(ranks, "tensor", "tensor_hook_local",
+                       "param.register_hook sees this rank's own gradient, not the average",
+                       "Clipping or logging it there acts on one rank's gradient; what the "
+                       "optimizer uses is the mean, in .grad once backward has returned. A hook "
+                       "that returns a new gradient changes what goes into the all-reduce, "
+                       "so every rank's .grad gets it.")
+
+
+def _local_hook(ranks: Sequence[RankWalk], hook: str, key: str, title: str,
+                consequence: str) -> Pitfall | None:
+    if len(ranks) < 2:
+        return None
+    # The first parameter whose ranks' values differ says it best; else the first one.
+    for scoped in sorted((_main_pass(ranks[0]) or _empty()).scoped,
+                         key=lambda item: _same_on_every_rank(ranks, item.seq)):
+        rank_pass = _main_pass(ranks[0])
+        assert rank_pass is not None
+        walk_pass = next(item for item in ranks[0].walk.passes if item.mode == rank_pass.mode)
+        event = next(item for item in walk_pass.events if item.seq == scoped.seq)
+        if event.hook != hook:
+            continue
+        grad = next((item for item in rank_pass.grads if item.name == event.target), None)
+        if grad is None or grad.whose.scope != "mean":
+            continue
+        others = []
+        for rank in ranks[1:]:
+            other_pass = _main_pass(rank)
+            if other_pass is None:
+                continue
+            other_walk = next(item for item in rank.walk.passes if item.mode == other_pass.mode)
+            match = next((item for item in other_walk.events if item.hook == hook
+                          and item.target == event.target), None)
+            if match is not None and match.args:
+                others.append(f"rank {rank.rank}'s {_value(match.args[0].value)}")
+        seen = _value(_event_value(ranks[0], rank_pass.mode, scoped.seq))
+        text = (f"On {event.target}, rank 0's hook got {seen}"
+                f"{', ' + ', '.join(others) if others else ''}; after backward, .grad is the "
+                f"mean on every rank: {_value(grad.value)}. {consequence}")
+        return Pitfall(key, title, text)
+    return None
+
+
+def _same_on_every_rank(ranks: Sequence[RankWalk], seq: int) -> bool:
+    """Whether every rank's hook call at `seq` (the same on every rank: the same model) got
+    the same value."""
+    values = []
+    for rank in ranks:
+        rank_pass = _main_pass(rank)
+        if rank_pass is None:
+            return True
+        try:
+            values.append(_event_value(rank, rank_pass.mode, seq))
+        except StopIteration:
+            return True
+    return all(value == values[0] for value in values)
+
+
+def _empty() -> RankPass:
+    return RankPass("full", (), (), (), ())
+
+
+def no_sync_local(ranks: Sequence[RankWalk], world_size: int) -> Pitfall | None:
+    """DDP inside no_sync(): `.grad` stays each rank's own."""
+    rank_pass = _main_pass(ranks[0]) if ranks else None
+    if rank_pass is None or not rank_pass.grads:
+        return None
+    if any("no_sync" not in grad.whose.when for grad in rank_pass.grads
+           if grad.whose.scope == "local" and "input" not in grad.whose.when) or not any(
+               "no_sync" in grad.whose.when for grad in rank_pass.grads):
+        return None
+    return Pitfall("no_sync_local", "inside no_sync(), .grad stays each rank's own",
+                   "No bucket was all-reduced: every rank's .grad is its own gradient, and the "
+                   "ranks' models drift apart if the optimizer steps now. Accumulate this "
+                   "way, then run one backward outside no_sync(): that one all-reduces the "
+                   "accumulated .grad.")
+
+
+def unused_parameter(ranks: Sequence[RankWalk], world_size: int) -> Pitfall | None:
+    """DDP with find_unused_parameters: a rank that never used a parameter still gets its
+    gradient, which none of its hooks saw."""
+    for rank in ranks:
+        rank_pass = _main_pass(rank)
+        if rank_pass is None:
+            continue
+        for silent in rank_pass.silent:
+            if "find_unused_parameters" in silent.why and silent.hook == "tensor":
+                value = _final(rank_pass, silent.target)
+                return Pitfall(
+                    "unused_parameter",
+                    "a rank that never used a parameter gets a gradient for it",
+                    f"Rank {rank.rank}'s forward did not use {silent.target}, so none of its "
+                    f"hooks fired there; DDP put zeros in its bucket slot, and after backward "
+                    f"its .grad on rank {rank.rank} is {_value(value)}: the other ranks' sum "
+                    f"/ {world_size}.")
+    return None
+
+
+def fsdp_tensor_hook_silent(ranks: Sequence[RankWalk], world_size: int) -> Pitfall | None:
+    """FSDP2: `param.register_hook` never fires."""
+    rank_pass = _main_pass(ranks[0]) if ranks else None
+    if rank_pass is None:
+        return None
+    silent = [item.target for item in rank_pass.silent
+              if item.hook == "tensor" and "FSDP2" in item.why]
+    if not silent:
+        return None
+    return Pitfall("fsdp_tensor_hook_silent", "under FSDP2, param.register_hook never fires",
+                   f"The walk put a tensor hook on every parameter ({', '.join(silent)}); "
+                   "none fired, and torch said nothing. fully_shard replaces each parameter "
+                   "with a sharded DTensor that is not in the autograd graph. Use "
+                   "register_post_accumulate_grad_hook, which FSDP2 runs itself after the "
+                   "reduce-scatter.")
+
+
+def fsdp_post_accumulate_mean(ranks: Sequence[RankWalk], world_size: int) -> Pitfall | None:
+    """FSDP2: the post-accumulate hook sees this rank's shard of the mean (unlike DDP)."""
+    rank_pass = _main_pass(ranks[0]) if ranks else None
+    if rank_pass is None or not rank_pass.scoped:
+        return None
+    scoped = rank_pass.scoped[0]
+    if scoped.whose.scope != "mean":
+        return None
+    walk_pass = next(item for item in ranks[0].walk.passes if item.mode == rank_pass.mode)
+    event = next(item for item in walk_pass.events if item.seq == scoped.seq)
+    return Pitfall("fsdp_post_accumulate_mean",
+                   "under FSDP2, post-accumulate-grad hooks see the averaged shard",
+                   f"Rank 0's hook on {event.target} got {_value(event.args[0].value)}: "
+                   f"{scoped.whose.text}. Under DDP the same hook sees this rank's own "
+                   "gradient, before the all-reduce.")
+
+
+def module_hooks_local(ranks: Sequence[RankWalk], world_size: int) -> Pitfall | None:
+    """Module backward hooks see activation gradients, which no wrapping synchronises."""
+    if not ranks:
+        return None
+    full = next((item for item in ranks[0].walk.passes if item.mode == "full"), None)
+    if full is None or not any(event.hook == "full_backward" for event in full.events):
+        return None
+    return Pitfall("module_hooks_local",
+                   "module backward hooks see this rank's own activation gradients",
+                   "grad_input and grad_output are gradients of activations, which neither "
+                   "DDP nor FSDP synchronises: each rank's are its own (checked above against "
+                   "that rank's single-process run). Only parameters' gradients are averaged.")
+
+
+FINDERS: tuple[Finder, ...] = (tensor_hook_local, post_accumulate_local, no_sync_local,
+                               unused_parameter, fsdp_tensor_hook_silent,
+                               fsdp_post_accumulate_mean, module_hooks_local)
+
+
+def pitfalls(ranks: Sequence[RankWalk], world_size: int) -> tuple[Pitfall, ...]:
+    """Every pitfall this walk shows, in a fixed order."""
+    found = (finder(ranks, world_size) for finder in FINDERS)
+    return tuple(item for item in found if item is not None)
+
+
+__all__ = ["FINDERS", "pitfalls"]

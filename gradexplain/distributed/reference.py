@@ -1,0 +1,70 @@
+"""The single-process computation every distributed value is checked against: each rank's
+inputs run in this process, hook-free and unwrapped, with the same seeds, and each leaf's
+`.grad` after the spec's backward calls; then their mean over ranks.
+
+Written from the spec alone, as a user would compute it by hand: build, forward, backward, read
+`.grad`. Nothing here knows what DDP or FSDP does, so a wrong distributed label cannot pass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from gradexplain.capture.build import Builder, build, make_tensor, observe
+from gradexplain.capture.values import tensor_value
+from gradexplain.language.model import ModelSpec
+from gradexplain.records.distributed import ReferenceGrad
+
+
+def local_grads(spec: ModelSpec, make: Builder | None = None) -> dict[str, torch.Tensor | None]:
+    """Every leaf that requires grad, with its `.grad` after the spec's backward calls (None:
+    no gradient reached it), in one hook-free, unwrapped run of `spec`. A call torch refuses
+    ends the run there, as it ends the pass."""
+    built = make() if make is not None else build(spec)
+    named: dict[str, Any] = {}
+    with observe(lambda name, value: named.setdefault(name, value)):
+        returned = built.forward()
+    leaves = {name: tensor for name, tensor in built.leaves().items() if tensor.requires_grad}
+    try:
+        for backward in spec.backwards:
+            of = returned[backward.of] if backward.of in returned else named[backward.of]
+            gradient = None if backward.gradient is None else make_tensor(backward.gradient)
+            for time in range(backward.times):
+                if backward.zero_grad if time == 0 else backward.zero_grad_between:
+                    for leaf in leaves.values():
+                        leaf.grad = None
+                torch.autograd.backward(of, gradient, retain_graph=backward.retain_graph)
+    except RuntimeError:
+        pass
+    return {name: None if leaf.grad is None else leaf.grad.detach().clone()
+            for name, leaf in leaves.items()}
+
+
+def reference_grads(per_rank: Sequence[dict[str, torch.Tensor | None]]) -> dict[
+        str, tuple[tuple[torch.Tensor | None, ...], torch.Tensor | None]]:
+    """Each leaf's local gradient on every rank and their mean over ranks. A rank whose
+    forward never reached a leaf adds zero to the mean (DDP's find_unused_parameters puts zeros
+    in its slot); a leaf no rank reached has no mean."""
+    names = list(dict.fromkeys(name for grads in per_rank for name in grads))
+    result = {}
+    for name in names:
+        local = tuple(grads.get(name) for grads in per_rank)
+        present = [item.double() for item in local if item is not None]
+        mean = None if not present else (torch.stack(present).sum(0) / len(per_rank))
+        result[name] = (local, mean)
+    return result
+
+
+def reference_records(reference: dict[str, tuple[tuple[torch.Tensor | None, ...],
+                                                 torch.Tensor | None]]) -> tuple[
+                                                     ReferenceGrad, ...]:
+    """The reference as plain records, for the renderers."""
+    return tuple(ReferenceGrad(name, tuple(tensor_value(item) for item in local),
+                               tensor_value(mean))
+                 for name, (local, mean) in reference.items())
+
+
+__all__ = ["local_grads", "reference_grads", "reference_records"]

@@ -1,0 +1,81 @@
+"""`walk --ranks N`, from the ranks' specs to the DistributedWalk:
+
+    fork N ranks (launch) -> in each: the single-process capture of its own inputs, each pass's
+    build wrapped (wrap) -> gather every rank's session -> the single-process reference of
+    every rank's inputs (reference) -> each rank read as a distributed walk (label) -> pitfalls
+
+Each rank's session travels to this process pickled (our own forked process, never a file).
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from gradexplain.capture.build import Builder
+from gradexplain.capture.pipeline import capture
+from gradexplain.distributed.label import Setup, rank_walk
+from gradexplain.distributed.pitfalls import pitfalls
+from gradexplain.distributed.reference import local_grads, reference_grads, reference_records
+from gradexplain.distributed.wrap import wrapper
+from gradexplain.language.model import ModelSpec
+from gradexplain.records.distributed import DistributedWalk
+from gradexplain.records.session import Session
+
+# The launcher's signature (distributed/launch.py): run `work` in each of N ranks, return what
+# each returned. A parameter so that tests can run the same plan through another one.
+Launcher = Callable[[int, Callable[..., bytes]], Sequence[bytes]]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What every rank needs: its own spec (and, for a Python model, its builder), the spec
+    as written, and how to wrap. Forked ranks inherit it as it is."""
+
+    rank_specs: tuple[ModelSpec, ...]
+    spec_path: str
+    spec_text: str
+    setup: Setup
+    makers: tuple[Builder | None, ...] = ()
+    max_values: int | None = None
+    threads: int | None = 1
+
+    def maker(self, rank: int) -> Builder | None:
+        return self.makers[rank] if self.makers else None
+
+
+def capture_distributed(plan: Plan, launch: Launcher | None = None) -> DistributedWalk:
+    """Run the plan on its ranks and read every rank's walk as a distributed one."""
+    if launch is None:
+        from gradexplain.distributed.launch import run_ranks  # type: ignore[import-not-found]
+
+        launch = run_ranks
+    results = launch(plan.setup.world_size, lambda context: _rank_session(plan, context.rank))
+    sessions: list[Session] = [pickle.loads(result) for result in results]
+    with torch.random.fork_rng(devices=[]):
+        local = [local_grads(spec, plan.maker(rank))
+                 for rank, spec in enumerate(plan.rank_specs)]
+    reference = reference_grads(local)
+    ranks = tuple(rank_walk(rank, session, reference, plan.setup)
+                  for rank, session in enumerate(sessions))
+    first = sessions[0].walk
+    return DistributedWalk(
+        spec=first.spec, name=first.name, about=first.about, torch=torch.__version__,
+        world_size=plan.setup.world_size, wrap=plan.setup.wrap, backend="gloo",
+        ddp=plan.setup.ddp if plan.setup.wrap == "ddp" else None, ranks=ranks,
+        reference=reference_records(reference), pitfalls=pitfalls(ranks,
+                                                                  plan.setup.world_size))
+
+
+def _rank_session(plan: Plan, rank: int) -> bytes:
+    """Inside rank `rank`: its own walk, each pass's build wrapped."""
+    session = capture(plan.rank_specs[rank], plan.spec_path, plan.spec_text, plan.maker(rank),
+                      plan.max_values, None, plan.threads,
+                      wrap=wrapper(plan.setup.wrap, plan.setup.ddp, plan.setup.world_size))
+    return pickle.dumps(session, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+__all__ = ["Launcher", "Plan", "capture_distributed"]
