@@ -37,7 +37,7 @@ def walk_document(walk: Walk) -> Fields:
         "schema": SCHEMA,
         "torch": walk.torch,
         "spec": walk.spec,
-        "passes": Items(map(_pass, walk.passes)),
+        "passes": Items(map(pass_json, walk.passes)),
         # Beyond the contract's keys: every call in order, with .grad around it and errors.
         "runs": Items(map(to_data, walk.runs)),
         # Beyond the contract: the chain rule each argument's `step` points into.
@@ -60,11 +60,12 @@ def _derivation_json(derivation: Derivation) -> Any:
         for line in derivation.lines)))
 
 
-def _pass(walk_pass: PassWalk) -> Fields:
+def pass_json(walk_pass: PassWalk) -> Fields:
+    """One pass as the contract writes it (also each rank's pass of `walk --ranks N`)."""
     result = Fields({
         "mode": walk_pass.mode,
         "events": Items(map(_event, walk_pass.events)),
-        "grads": {grad.name: _plain(grad.value) for grad in walk_pass.grads},
+        "grads": {grad.name: plain_values(grad.value) for grad in walk_pass.grads},
         # Beyond the contract: the modules torch refuses full hooks on, and why.
         "refusals": [refusal_json(refusal) for refusal in walk_pass.refusals],
     })
@@ -112,9 +113,9 @@ def arg_json(arg: LabelledArg) -> dict[str, Any]:
         result["summary"] = {key: _number(getattr(summary, key))
                              for key in ("min", "max", "mean", "norm")}
     else:
-        result["value"] = _plain(arg.value)
+        result["value"] = plain_values(arg.value)
     result["meaning"] = None if arg.meaning is None else _meaning(arg.meaning)
-    result["check"] = None if arg.check is None else _check(arg.check)
+    result["check"] = None if arg.check is None else check_json(arg.check)
     if arg.not_checked:
         result["not_checked"] = arg.not_checked
     if arg.pin is not None:
@@ -149,7 +150,8 @@ def _meaning(meaning: Meaning) -> dict[str, Any]:
     return result
 
 
-def _check(check: Check) -> dict[str, Any]:
+def check_json(check: Check) -> dict[str, Any]:
+    """A check as a verdict: verified and its error, without the expected tensor."""
     result: dict[str, Any] = {"verified": check.verified,
                               "max_abs_err": _number(check.max_abs_err)}
     if check.why:
@@ -157,7 +159,7 @@ def _check(check: Check) -> dict[str, Any]:
     return result
 
 
-def _plain(value: TensorValue | None) -> Any:
+def plain_values(value: TensorValue | None) -> Any:
     """The values as JSON holds them: the record's own lists when every number is finite
     (checked once for the tensor), else a copy with null for each NaN and infinity."""
     if value is None or value.value is None:
