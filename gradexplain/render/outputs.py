@@ -16,8 +16,8 @@ if TYPE_CHECKING:
     from rich.console import RenderableType
 
     from gradexplain.analysis.order import FiringOrder
-    from gradexplain.records.distributed import DistributedWalk
     from gradexplain.records.diff import HookDiff
+    from gradexplain.records.distributed import DistributedWalk
     from gradexplain.records.pinned import PinnedView
     from gradexplain.records.walk import Walk
 
