@@ -284,7 +284,7 @@ def _shared_words(whose: Sequence[Whose | None], walk: DistributedWalk) -> tuple
             phrase += ", sharded: " + ", ".join(f"rank {rank} rows {start}:{stop}"
                                                 for rank, (start, stop) in rows)
     else:
-        phrase = "; ".join(f"rank {rank}: {_scope(item.scope, walk.world_size)}"
+        phrase = "; ".join(f"rank {rank}: {_scope(item.scope, walk.world_size, True)}"
                            for rank, item in present)
     whens = list(dict.fromkeys(item.when for _, item in present if item.when))
     if len(whens) <= 1:
@@ -294,9 +294,9 @@ def _shared_words(whose: Sequence[Whose | None], walk: DistributedWalk) -> tuple
     return phrase, when
 
 
-def _scope(scope: str, world_size: int) -> str:
+def _scope(scope: str, world_size: int, one_rank: bool = False) -> str:
     if scope == "local":
-        return "each rank's own"
+        return "its own" if one_rank else "each rank's own"
     return f"the {scope} over {world_size} ranks"
 
 

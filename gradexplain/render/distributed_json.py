@@ -90,18 +90,19 @@ def _bucket(bucket: CheckedBucket) -> dict[str, Any]:
 
 
 def _scoped(arg: ScopedArg) -> dict[str, Any]:
-    result = {"seq": arg.seq, "arg": arg.arg, "whose": _whose(arg.whose),
-              "check": _verdict(arg.check)}
-    if arg.not_checked:
-        result["not_checked"] = arg.not_checked
-    return result
+    return {"seq": arg.seq, "arg": arg.arg, **_read(arg.whose, arg.check, arg.not_checked)}
 
 
 def _grad(grad: DistributedGrad) -> dict[str, Any]:
-    result = {"name": grad.name, "value": plain_values(grad.value), "whose": _whose(grad.whose),
-              "check": _verdict(grad.check)}
-    if grad.not_checked:
-        result["not_checked"] = grad.not_checked
+    return {"name": grad.name, "value": plain_values(grad.value),
+            **_read(grad.whose, grad.check, grad.not_checked)}
+
+
+def _read(whose: Whose, check: Check | None, not_checked: str | None) -> dict[str, Any]:
+    """A value read as distributed: whose it is, its check, and why not, where there is none."""
+    result: dict[str, Any] = {"whose": _whose(whose), "check": _verdict(check)}
+    if not_checked:
+        result["not_checked"] = not_checked
     return result
 
 

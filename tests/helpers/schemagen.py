@@ -580,24 +580,23 @@ def distributed_schema() -> Schema:
         },
         "required": ["index", "run", "after_seq", "slots"],
     }
-    not_checked = {"type": "string", "description": "Present only where there is no check: why."}
-    scoped = {
-        "description": "One hook argument of the rank's pass read as a distributed value.",
-        "type": "object",
-        "properties": {"seq": {"type": "integer", "minimum": 0},
-                       "arg": {"type": "string", "description": "The argument's name."},
-                       "whose": {"$ref": "#/$defs/whose"}, "check": check,
-                       "not_checked": not_checked},
-        "required": ["seq", "arg", "whose", "check"],
-    }
-    grad = {
-        "description": "A leaf's .grad after the pass on this rank.",
-        "type": "object",
-        "properties": {"name": {"type": "string"}, "value": values,
-                       "whose": {"$ref": "#/$defs/whose"}, "check": check,
-                       "not_checked": not_checked},
-        "required": ["name", "value", "whose", "check"],
-    }
+
+    def read(description: str, fields: Schema) -> Schema:
+        """A value read as distributed: its own fields, whose it is, its check (and why not)."""
+        return {
+            "description": description,
+            "type": "object",
+            "properties": {**fields, "whose": {"$ref": "#/$defs/whose"}, "check": check,
+                           "not_checked": {"type": "string", "description": "Present only "
+                                           "where there is no check: why."}},
+            "required": [*fields, "whose", "check"],
+        }
+
+    scoped = read("One hook argument of the rank's pass read as a distributed value.",
+                  {"seq": {"type": "integer", "minimum": 0},
+                   "arg": {"type": "string", "description": "The argument's name."}})
+    grad = read("A leaf's .grad after the pass on this rank.",
+                {"name": {"type": "string"}, "value": values})
     silent = {
         "description": "A hook that never fired on this rank.",
         "type": "object",

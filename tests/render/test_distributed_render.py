@@ -359,3 +359,48 @@ def test_golden(wrap: str, request: pytest.FixtureRequest, golden: Any) -> None:
     golden(f"walk_distributed/ddp_hooks_{wrap}.txt", text_of(walk, timeline=True) + "\n")
     golden(f"walk_distributed/ddp_hooks_{wrap}.json", json_golden(document(walk)),
            mismatch=json_mismatch)
+
+
+# --- layouts the facts model does not reach on its own ------------------------------------
+
+
+def renumbered(walk: DistributedWalk, world_size: int) -> DistributedWalk:
+    """`walk`'s ranks repeated up to `world_size` ranks, each numbered as its place: the
+    layout of more ranks, without running them."""
+    ranks = tuple(dataclasses.replace(walk.ranks[index % len(walk.ranks)], rank=index)
+                  for index in range(world_size))
+    return dataclasses.replace(walk, world_size=world_size, ranks=ranks)
+
+
+def test_text_many_ranks_get_a_line_each(ddp: DistributedWalk) -> None:
+    text = text_of(renumbered(ddp, 4))
+    assert max(len(line) for line in text.splitlines()) <= WIDTH
+    lines = answer_lines(text, "tensor (register_hook): each rank's own")
+    start = next(index for index, line in enumerate(lines) if line.strip() == "fc2.weight")
+    for rank in range(4):
+        line = lines[start + 1 + rank]
+        assert line.split()[:2] == ["rank", str(rank)], line
+        assert shown(local_grads(rank % 2)["fc2.weight"]) in line and line.endswith("✓")
+
+
+def test_text_ranks_that_disagree_are_said_rank_by_rank(ddp: DistributedWalk) -> None:
+    """A .grad one rank keeps as its own while the other's is the mean (as a rank that left
+    the all-reduce would), and a rank whose firing order lacks the bucket."""
+    rank = ddp.ranks[1]
+    rank_pass = rank.pass_named("full")
+    assert rank_pass is not None
+    grads = tuple(dataclasses.replace(item, whose=dataclasses.replace(
+        item.whose, scope="local", when="kept")) if item.name == "fc2.bias" else item
+                  for item in rank_pass.grads)
+    changed = dataclasses.replace(rank_pass, grads=grads, buckets=())
+    walk = dataclasses.replace(ddp, ranks=(ddp.ranks[0], dataclasses.replace(
+        rank, passes=tuple(changed if item is rank_pass else item for item in rank.passes))))
+    text = text_of(walk)
+    rows = answer_lines(text, ".grad after backward: the mean over 2 ranks")
+    row = next(index for index, line in enumerate(rows) if line.strip().startswith("fc2.bias"))
+    said = " ".join(line.strip() for line in rows[row + 1:row + 3])
+    assert said.startswith("rank 0: the mean over 2 ranks; rank 1: its own")
+    assert "rank 0: " in said and "rank 1: kept" in said
+    order = text.split("firing order of the full pass")[1]
+    assert "the ranks' orders differ from step" in order
+    assert "\n  rank 0: " in order and "\n  rank 1: " in order
