@@ -226,9 +226,12 @@ class DDPOptions:
 @dataclass(frozen=True)
 class RankInputs:
     """One rank's own values for some of the spec's inputs, by input name; the inputs it does
-    not name are made as the spec makes them. Each has its input's shape and dtype."""
+    not name are made as the spec makes them. Each has its input's shape and dtype, and is
+    written (a literal, zeros or ones: language/distributed.py says why never drawn). `where`
+    is the rank's mapping in the spec file."""
 
     values: tuple[tuple[str, TensorInit], ...]
+    where: Location | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -237,7 +240,9 @@ class DistributedSpec:
 
     `inputs` gives each rank its own values (rank by rank; empty: every rank has the spec's);
     `split` names inputs whose batch (dim 0) is cut into equal parts, one per rank. `ranks` is
-    the number of ranks the spec is written for (None: whatever --ranks says, 2 by default)."""
+    the number of ranks the spec is written for (None: one per `inputs` item when given, else
+    whatever --ranks says, 2 by default); `where` is the section's place, where the runner's
+    errors about it point (ranks.py)."""
 
     ranks: int | None
     wrap: WrapKind
@@ -245,6 +250,11 @@ class DistributedSpec:
     split: tuple[str, ...]
     ddp: DDPOptions
     where: Location = field(compare=False)
+
+    def written_ranks(self) -> int | None:
+        """The number of ranks the section itself fixes: `ranks`, or one per `inputs` item
+        (None: the section fits any number, and --ranks says)."""
+        return self.ranks if self.ranks is not None else (len(self.inputs) or None)
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ import math
 from gradexplain.errors import Location, SpecLimitError, SpecSchemaError, quoted
 from gradexplain.language.catalogue import LAYERS, Param, did_you_mean
 from gradexplain.language.cursor import Cursor, describe
+from gradexplain.language.distributed import read_distributed
 from gradexplain.language.expr import check_identifier, parse_step
 from gradexplain.language.model import (
     BackwardSpec,
@@ -43,7 +44,7 @@ MAX_TIMES = 100
 MAX_SIZE = 1_000_000  # one dimension, or one layer size argument
 
 TOP_KEYS = ("name", "about", "seed", "dtype", "inputs", "params", "layers", "modules", "forward",
-            "backward", "grad", "interventions", "captures")
+            "backward", "grad", "interventions", "captures", "distributed")
 MODULE_KEYS = ("params", "layers", "modules", "forward")
 INIT_KEYS = ("value", "randn", "rand", "zeros", "ones")
 DTYPES: tuple[DType, ...] = ("float32", "float64", "int64")
@@ -81,6 +82,8 @@ def read_spec(doc: Document) -> ModelSpec:
         for key, cursor in (top["captures"].entries("a mapping of capture names to module paths")
                             if "captures" in top else [])
     )
+    distributed = (read_distributed(top["distributed"], inputs, reader)
+                   if "distributed" in top else None)
     if not backwards and not grads:
         Cursor(doc, (), doc.data).fail(
             "nothing to differentiate: give `backward: <tensor>` or a `grad:` list"
@@ -89,7 +92,7 @@ def read_spec(doc: Document) -> ModelSpec:
         raise SpecLimitError(f"{len(backwards) + len(grads)} backward and grad calls; at most "
                              f"{MAX_RUNS} are allowed", doc.where(()))
     return ModelSpec(name, about, doc.file, seed, reader.dtype, inputs, root, backwards, grads,
-                     interventions, captures)
+                     interventions, captures, distributed=distributed)
 
 
 def _stem(file: str) -> str:
@@ -111,12 +114,7 @@ class _Reader:
         self.steps = 0
 
     def dtype_of(self, cursor: Cursor) -> DType:
-        text = cursor.text("a dtype name")
-        for dtype in DTYPES:
-            if text == dtype:
-                return dtype
-        cursor.fail(f"unknown dtype {quoted(text)}{did_you_mean(text, DTYPES)} "
-                    f"(one of {', '.join(DTYPES)})")
+        return cursor.choice("a dtype name", "dtype", DTYPES)
 
     # --- tensors ---------------------------------------------------------------------------
 
@@ -355,14 +353,8 @@ class _Reader:
                                 required=("hook", "on", "action"),
                                 what="a mapping like {hook: full_backward, on: model, "
                                      "action: normalize}")
-        hook = fields["hook"].text("a hook kind")
-        if hook not in HOOKS:
-            fields["hook"].fail(f"unknown hook {quoted(hook)}{did_you_mean(hook, HOOKS)} "
-                                f"(one of {', '.join(HOOKS)})")
-        action = fields["action"].text("an action")
-        if action not in ACTIONS:
-            fields["action"].fail(f"unknown action {quoted(action)}{did_you_mean(action, ACTIONS)} "
-                                  f"(one of {', '.join(ACTIONS)})")
+        hook = fields["hook"].choice("a hook kind", "hook", HOOKS)
+        action = fields["action"].choice("an action", "action", ACTIONS)
         factor = fields["factor"].number() if "factor" in fields else None
         low = fields["min"].number() if "min" in fields else None
         high = fields["max"].number() if "max" in fields else None
