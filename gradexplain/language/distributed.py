@@ -30,6 +30,7 @@ from gradexplain.errors import (
 from gradexplain.language.catalogue import did_you_mean
 from gradexplain.language.cursor import Cursor
 from gradexplain.language.model import (
+    INIT_KINDS,
     DDPOptions,
     DistributedSpec,
     DType,
@@ -170,7 +171,7 @@ def _rank_value(cursor: Cursor, item: InputSpec, reader: TensorReader) -> Tensor
                     f"a rank's value takes {key} from the declared input {item.name!r}; give "
                     "only its values (a literal, or value, zeros or ones)",
                     cursor.child(key, None).where_key())
-        fields = cursor.mapping(get_args(InitKind),
+        fields = cursor.mapping(INIT_KINDS,
                                 what="a literal, or a mapping like {zeros: [1, 2]}")
         for kind in _DRAWN:
             if kind in fields:

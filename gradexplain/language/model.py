@@ -7,7 +7,7 @@ failing forward step) can point at the line:column and key path in the user's fi
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, get_args
 
 from gradexplain.errors import Location
 from gradexplain.language.expr import Assignment
@@ -17,6 +17,7 @@ Shape = tuple[int, ...]
 Literal_ = float | int | list["Literal_"]
 DType = Literal["float32", "float64", "int64"]
 InitKind = Literal["value", "randn", "rand", "zeros", "ones"]
+INIT_KINDS: tuple[InitKind, ...] = get_args(InitKind)
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from gradexplain.language.cursor import Cursor, describe
 from gradexplain.language.distributed import read_distributed
 from gradexplain.language.expr import check_identifier, parse_step
 from gradexplain.language.model import (
+    INIT_KINDS,
     BackwardSpec,
     Capture,
     DType,
@@ -46,7 +47,6 @@ MAX_SIZE = 1_000_000  # one dimension, or one layer size argument
 TOP_KEYS = ("name", "about", "seed", "dtype", "inputs", "params", "layers", "modules", "forward",
             "backward", "grad", "interventions", "captures", "distributed")
 MODULE_KEYS = ("params", "layers", "modules", "forward")
-INIT_KEYS = ("value", "randn", "rand", "zeros", "ones")
 DTYPES: tuple[DType, ...] = ("float32", "float64", "int64")
 HOOKS = ("backward", "full_backward", "full_backward_pre", "tensor")
 ACTIONS = ("normalize", "scale", "zero", "clip", "wrong_length", "wrong_shape")
@@ -122,7 +122,7 @@ class _Reader:
         _check_name(cursor, name, "input")
         if not isinstance(cursor.value, dict):
             return InputSpec(name, self.literal(cursor, self.dtype), False, cursor.where_key())
-        fields = cursor.mapping((*INIT_KEYS, "requires_grad", "dtype"),
+        fields = cursor.mapping((*INIT_KINDS, "requires_grad", "dtype"),
                                 what="a mapping like {value: 5.0, requires_grad: true}")
         dtype = self.dtype_of(fields["dtype"]) if "dtype" in fields else self.dtype
         init = self.init(cursor, fields, dtype)
@@ -138,11 +138,11 @@ class _Reader:
         _check_name(cursor, name, "parameter")
         if not isinstance(cursor.value, dict):
             return ParamSpec(name, self.literal(cursor, self.dtype), cursor.where_key())
-        fields = cursor.mapping(INIT_KEYS, what="a literal, or a mapping like {randn: [2, 3]}")
+        fields = cursor.mapping(INIT_KINDS, what="a literal, or a mapping like {randn: [2, 3]}")
         return ParamSpec(name, self.init(cursor, fields, self.dtype), cursor.where_key())
 
     def init(self, cursor: Cursor, fields: dict[str, Cursor], dtype: DType) -> TensorInit:
-        kinds = [key for key in INIT_KEYS if key in fields]
+        kinds = [key for key in INIT_KINDS if key in fields]
         if len(kinds) != 1:
             cursor.fail(
                 "give exactly one of value, randn, rand, zeros, ones "
@@ -154,7 +154,7 @@ class _Reader:
         shape = self.shape(fields[kind])
         if dtype == "int64" and kind in ("randn", "rand"):
             fields[kind].fail(f"{kind} draws real numbers; whole-number tensors take a `value`")
-        return TensorInit(kind, shape, dtype, None, fields[kind].where())  # type: ignore[arg-type]
+        return TensorInit(kind, shape, dtype, None, fields[kind].where())
 
     def shape(self, cursor: Cursor) -> Shape:
         if isinstance(cursor.value, int) and not isinstance(cursor.value, bool):
