@@ -6,10 +6,11 @@ module holds one per configuration in a module-scoped fixture.
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gradexplain.distributed.label import Setup
+from gradexplain.distributed.plan import spec_plan
 from gradexplain.distributed.run import Plan, capture_distributed
 from gradexplain.language import load_spec_text
 from gradexplain.language.model import DDPOptions, WrapKind
@@ -48,21 +49,24 @@ def _mini_launch() -> Any:
 _LAUNCH = _mini_launch()
 
 
+def with_ranks(text: str, inputs: Sequence[Mapping[str, Any]]) -> str:
+    """Spec text with a `distributed:` section giving rank r the values `inputs[r]`."""
+    lines = ["distributed:", f"  ranks: {len(inputs)}", "  inputs:"]
+    lines += [f"    - {json.dumps(dict(values))}" for values in inputs]
+    return text.rstrip("\n") + "\n" + "\n".join(lines) + "\n"
+
+
 def distributed_plan(text: str, inputs: Sequence[Mapping[str, Any]], wrap: WrapKind,
                      options: DDPOptions | None = None, name: str = FACTS_FILE) -> Plan:
-    """The plan of spec text `text` on `len(inputs)` ranks, rank r's inputs given the values
-    `inputs[r]` (the others as the spec makes them), wrapped in `wrap` with DDP `options`."""
-    spec = load_spec_text(text, name)
-    rank_specs = []
-    for values in inputs:
-        unknown = set(values) - {item.name for item in spec.inputs}
-        assert not unknown, f"no such input: {unknown}"
-        rank_specs.append(dataclasses.replace(spec, inputs=tuple(
-            item if item.name not in values else dataclasses.replace(
-                item, init=dataclasses.replace(item.init, value=values[item.name]))
-            for item in spec.inputs)))
-    setup = Setup(len(inputs), wrap, options or DDPOptions())
-    return Plan(tuple(rank_specs), name, text, setup)
+    """The plan `walk SPEC --ranks N --wrap WRAP` makes of spec text `text` (without a
+    `distributed:` section) given rank r's inputs `inputs[r]`, with DDP `options`."""
+    full = with_ranks(text, inputs)
+    spec = load_spec_text(full, name)
+    if options is not None:
+        assert spec.distributed is not None
+        spec = dataclasses.replace(spec, distributed=dataclasses.replace(spec.distributed,
+                                                                         ddp=options))
+    return spec_plan(spec, name, full, len(inputs), wrap, None, 1)
 
 
 def distributed_walk(text: str, inputs: Sequence[Mapping[str, Any]], wrap: WrapKind,
@@ -78,4 +82,4 @@ def facts_walk(wrap: WrapKind, options: DDPOptions | None = None) -> Distributed
 
 
 __all__ = ["FACTS_FILE", "FACTS_INPUTS", "FACTS_SPEC", "distributed_plan", "distributed_walk",
-           "facts_walk"]
+           "facts_walk", "with_ranks"]
