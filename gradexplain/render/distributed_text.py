@@ -29,7 +29,6 @@ from gradexplain.render.distributed_answer import (
     changed_options,
     firing_orders,
     first_difference,
-    main_pass,
     ranks_text,
     silences,
     words,
@@ -231,15 +230,12 @@ def _rank_timeline(rank: RankWalk, collapse: bool) -> RenderableType:
     """Every pass of the rank's own walk, as the single-process timeline shows it, with DDP's
     bucket calls after the hook calls they followed."""
     parts: list[RenderableType] = []
-    answered = main_pass(rank)
     for walk_pass in rank.walk.passes:
         rank_pass = rank.pass_named(walk_pass.mode)
         after: dict[int | None, list[RenderableType]] = {}
         for bucket in () if rank_pass is None else rank_pass.buckets:
             after.setdefault(bucket.after_seq, []).append(_bucket(bucket))
         title = f"rank {rank.rank}: {PASS_TITLES[walk_pass.mode]}"
-        if answered is not None and answered[0] is walk_pass:
-            title += " (the pass answered above)"
         parts.append(pass_text(walk_pass, collapse, title, after))
     return Group(*parts)
 
