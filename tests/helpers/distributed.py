@@ -10,6 +10,9 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import torch
+from torch import nn
+
 from gradexplain.distributed.plan import spec_plan
 from gradexplain.distributed.run import Plan, capture_distributed
 from gradexplain.language import load_spec_text
@@ -33,6 +36,30 @@ backward: loss
 """
 FACTS_INPUTS: tuple[dict[str, Any], ...] = ({"x": [[1.0, 2.0]]}, {"x": [[-1.0, 0.5]]})
 FACTS_FILE = "ddp_hooks.yaml"
+# The spec's names and nn.Sequential's for the same parameters.
+NAMES = {"fc1.weight": "0.weight", "fc1.bias": "0.bias", "fc2.weight": "2.weight",
+         "fc2.bias": "2.bias"}
+
+
+def facts_model() -> nn.Sequential:
+    """The facts file's model, written out in plain torch."""
+    model = nn.Sequential(nn.Linear(2, 3), nn.Tanh(), nn.Linear(3, 1))
+    values = {"0.weight": [[0.1, 0.2], [0.3, -0.4], [-0.5, 0.6]], "0.bias": [0.01, 0.02, 0.03],
+              "2.weight": [[0.7, -0.8, 0.9]], "2.bias": [0.05]}
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            parameter.copy_(torch.tensor(values[name]))
+    return model
+
+
+def facts_local(rank: int) -> dict[str, torch.Tensor]:
+    """Rank `rank`'s own gradients by the spec's names: its input alone, one process, no
+    hooks, plain torch (the oracle every distributed value of the facts model is held to)."""
+    model = facts_model()
+    model(torch.tensor(FACTS_INPUTS[rank]["x"])).sum().backward()
+    grads = {name: parameter.grad for name, parameter in model.named_parameters()}
+    found = {name: grads[torch_name] for name, torch_name in NAMES.items()}
+    return {name: grad.clone() for name, grad in found.items() if grad is not None}
 
 
 def _mini_launch() -> Any:
@@ -81,5 +108,5 @@ def facts_walk(wrap: WrapKind, options: DDPOptions | None = None) -> Distributed
     return distributed_walk(FACTS_SPEC, FACTS_INPUTS, wrap, options)
 
 
-__all__ = ["FACTS_FILE", "FACTS_INPUTS", "FACTS_SPEC", "distributed_plan", "distributed_walk",
-           "facts_walk", "with_ranks"]
+__all__ = ["FACTS_FILE", "FACTS_INPUTS", "FACTS_SPEC", "NAMES", "distributed_plan",
+           "distributed_walk", "facts_local", "facts_model", "facts_walk", "with_ranks"]

@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 import torch
-from torch import nn
 
 from gradexplain.language.model import DDPOptions
 from gradexplain.records.check import Check
@@ -26,14 +25,11 @@ from gradexplain.render.distributed_text import distributed_text
 from gradexplain.render.json_stream import json_text
 from gradexplain.render.json_walk import pass_json
 from gradexplain.render.outputs import distributed_walk_output
-from tests.helpers.distributed import FACTS_INPUTS, facts_walk
+from tests.helpers.distributed import FACTS_INPUTS, NAMES, facts_local, facts_walk
 from tests.helpers.golden_json import json_mismatch
 from tests.helpers.mdcheck import assert_markdown_well_formed, tables
 from tests.helpers.schemacheck import assert_valid
 
-# The facts model's parameters: the spec's names, nn.Sequential's.
-NAMES = {"fc1.weight": "0.weight", "fc1.bias": "0.bias", "fc2.weight": "2.weight",
-         "fc2.bias": "2.bias"}
 WIDTH = 100
 
 
@@ -52,22 +48,8 @@ def no_sync() -> DistributedWalk:
     return facts_walk("ddp", DDPOptions(no_sync=True))
 
 
-def local_grads(rank: int) -> dict[str, torch.Tensor]:
-    """Rank `rank`'s own gradients, by the spec's names: its input alone, plain torch."""
-    model = nn.Sequential(nn.Linear(2, 3), nn.Tanh(), nn.Linear(3, 1))
-    values = {"0.weight": [[0.1, 0.2], [0.3, -0.4], [-0.5, 0.6]], "0.bias": [0.01, 0.02, 0.03],
-              "2.weight": [[0.7, -0.8, 0.9]], "2.bias": [0.05]}
-    with torch.no_grad():
-        for name, parameter in model.named_parameters():
-            parameter.copy_(torch.tensor(values[name]))
-    model(torch.tensor(FACTS_INPUTS[rank]["x"])).sum().backward()
-    grads = dict(model.named_parameters())
-    return {name: grads[torch_name].grad.detach().clone()  # type: ignore[union-attr]
-            for name, torch_name in NAMES.items()}
-
-
 def mean_grads() -> dict[str, torch.Tensor]:
-    return {name: (local_grads(0)[name] + local_grads(1)[name]) / 2 for name in NAMES}
+    return {name: (facts_local(0)[name] + facts_local(1)[name]) / 2 for name in NAMES}
 
 
 def close(value: Any, expected: torch.Tensor) -> bool:
@@ -112,9 +94,9 @@ def test_json_ddp_values_are_plain_torchs(ddp: DistributedWalk) -> None:
     assert (data["schema"], data["world_size"], data["wrap"]) == (SCHEMA, 2, "ddp")
     assert data["ddp"] == dataclasses.asdict(DDPOptions())
     mean = mean_grads()
-    total = {name: local_grads(0)[name] + local_grads(1)[name] for name in NAMES}
+    total = {name: facts_local(0)[name] + facts_local(1)[name] for name in NAMES}
     for rank in data["ranks"]:
-        own = local_grads(rank["rank"])
+        own = facts_local(rank["rank"])
         assert rank["inputs"] == FACTS_INPUTS[rank["rank"]]
         walk_pass = full_pass(rank)
         grads = {item["name"]: item for item in walk_pass["distributed_grads"]}
@@ -134,8 +116,8 @@ def test_json_ddp_values_are_plain_torchs(ddp: DistributedWalk) -> None:
         assert walk_pass["silent"] == []
     for name in NAMES:
         reference = data["reference"][name]
-        assert close(reference["local"][0], local_grads(0)[name])
-        assert close(reference["local"][1], local_grads(1)[name])
+        assert close(reference["local"][0], facts_local(0)[name])
+        assert close(reference["local"][1], facts_local(1)[name])
         assert close(reference["mean"], mean[name])
 
 
@@ -145,9 +127,9 @@ def test_json_issue_numbers(ddp: DistributedWalk) -> None:
     data = document(ddp)
     first, second = (hook_value(full_pass(rank), "tensor", "fc2.weight")
                      for rank in data["ranks"])
-    assert close(first, local_grads(0)["fc2.weight"])
-    assert close(second, local_grads(1)["fc2.weight"])
-    assert not close(first, local_grads(1)["fc2.weight"])
+    assert close(first, facts_local(0)["fc2.weight"])
+    assert close(second, facts_local(1)["fc2.weight"])
+    assert not close(first, facts_local(1)["fc2.weight"])
     for rank in data["ranks"]:
         grad = next(item for item in full_pass(rank)["distributed_grads"]
                     if item["name"] == "fc2.weight")
@@ -221,7 +203,7 @@ def test_text_answer_shows_each_ranks_values(ddp: DistributedWalk) -> None:
     assert "2 ranks, DistributedDataParallel, gloo on 127.0.0.1" in text
     tensor = answer_lines(text, "tensor (register_hook): each rank's own")
     row = next(line for line in tensor if line.strip().startswith("fc2.weight"))
-    first, second = shown(local_grads(0)["fc2.weight"]), shown(local_grads(1)["fc2.weight"])
+    first, second = shown(facts_local(0)["fc2.weight"]), shown(facts_local(1)["fc2.weight"])
     assert row.index(first) < row.index(second), row
     assert row.count("✓") == 2
     grad = answer_lines(text, ".grad after backward: the mean over 2 ranks")
@@ -252,7 +234,7 @@ def test_text_no_sync_grad_stays_local(no_sync: DistributedWalk) -> None:
     assert "DDP options: no_sync=True" in text
     rows = answer_lines(text, ".grad after backward: each rank's own")
     row = next(line for line in rows if line.strip().startswith("fc1.bias"))
-    assert shown(local_grads(0)["fc1.bias"]) in row and shown(local_grads(1)["fc1.bias"]) in row
+    assert shown(facts_local(0)["fc1.bias"]) in row and shown(facts_local(1)["fc1.bias"]) in row
     assert "bucket" not in text.split("what you would get wrong")[0]
 
 
@@ -326,8 +308,8 @@ def test_markdown_tables(ddp: DistributedWalk, fsdp: DistributedWalk) -> None:
     rows = next(rows for headers, rows in tables(markdown)
                 if headers[:3] == ["parameter", "rank 0", "rank 1"])
     row = next(cells for cells in rows if cells[0] == "`fc2.weight`")
-    assert shown(local_grads(0)["fc2.weight"]) in row[1] and "✓" in row[1]
-    assert shown(local_grads(1)["fc2.weight"]) in row[2]
+    assert shown(facts_local(0)["fc2.weight"]) in row[1] and "✓" in row[1]
+    assert shown(facts_local(1)["fc2.weight"]) in row[2]
 
 
 def test_answer_blocks_are_the_answer(fsdp: DistributedWalk) -> None:
@@ -380,7 +362,7 @@ def test_text_many_ranks_get_a_line_each(ddp: DistributedWalk) -> None:
     for rank in range(4):
         line = lines[start + 1 + rank]
         assert line.split()[:2] == ["rank", str(rank)], line
-        assert shown(local_grads(rank % 2)["fc2.weight"]) in line and line.endswith("✓")
+        assert shown(facts_local(rank % 2)["fc2.weight"]) in line and line.endswith("✓")
 
 
 def test_text_ranks_that_disagree_are_said_rank_by_rank(ddp: DistributedWalk) -> None:
