@@ -44,21 +44,6 @@ def close(value: TensorValue | None, expected: torch.Tensor) -> bool:
                                                           rtol=1e-5)
 
 
-@pytest.fixture(scope="module")
-def ddp() -> DistributedWalk:
-    return facts_walk("ddp")
-
-
-@pytest.fixture(scope="module")
-def fsdp() -> DistributedWalk:
-    return facts_walk("fsdp")
-
-
-@pytest.fixture(scope="module")
-def no_sync() -> DistributedWalk:
-    return facts_walk("ddp", DDPOptions(no_sync=True))
-
-
 def walk_pass(rank: RankWalk, mode: str) -> PassWalk:
     return next(item for item in rank.walk.passes if item.mode == mode)
 
