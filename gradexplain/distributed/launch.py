@@ -1,0 +1,557 @@
+"""Running one function in N forked processes joined in one gloo process group on 127.0.0.1,
+and bringing back what each returned: the launcher behind `walk --ranks N` (issue 21).
+
+Why fork, in this order (../shared/reference/ddp-hook-facts.md, "Timing"): a rank that imports
+torch for itself costs seconds, and DDP's constructor imports all of `torch._dynamo` on first
+use (2.5 s, and 4-7 s a rank when two do it at once on 2 cores). So the parent imports both
+once, then serves the rendezvous store itself on 127.0.0.1, on a port the OS picks (no port is
+guessed, so none is raced for), and forks the ranks; each joins as a client of that store, and
+gloo is told to use the loopback interface. The parent runs no torch op here, but its caller
+may have: torch's OpenMP threads do not survive a fork, so a rank computes with one thread
+unless told otherwise (a rank told to use more hangs in its first parallel op if the parent
+has computed with more than one thread; the timeout ends it).
+
+A rank never returns into the parent's code (pytest, the command line, atexit handlers): it
+ends with `os._exit`, whatever happens. Its stdout goes to /dev/null (it would corrupt the
+parent's `--format json`), its stderr to a private temporary file that the parent quotes if
+the rank dies, and it ignores SIGINT: Ctrl-C reaches the whole process group, and the parent
+stops the ranks itself. A rank sends one length-prefixed record on its own pipe, its result
+or what it raised, before it tears the process group down: FSDP's teardown once aborted after
+both ranks had written, so a rank that ends badly after a whole result has succeeded (a note
+says how it ended). The parent reads every pipe while the ranks run, so a large result never
+leaves a rank blocked on a full pipe.
+
+The first rank to fail ends the run: the others are sent SIGTERM, then SIGKILL after a short
+grace (one may be blocked in a collective that will never complete), all are reaped, and one
+error names the rank that failed first and why. The timeout stops the ranks still without a
+result. No rank, pipe or port outlives `launch`, whether it returns or raises.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import selectors
+import signal
+import socket
+import struct
+import sys
+import tempfile
+import threading
+import time
+import traceback
+import warnings
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import IO, TYPE_CHECKING, Any
+
+from gradexplain.errors import (
+    GradexplainError,
+    RankFailed,
+    RanksTimedOut,
+    UsageError,
+    first_line,
+    first_line_of,
+    quoted,
+    show_number,
+)
+from gradexplain.threads import DEFAULT_THREADS, check_threads
+
+if TYPE_CHECKING:
+    from torch._C._distributed_c10d import Store, TCPStore
+
+# Each rank is a process with torch loaded, on a 2-core machine; every hook question shows
+# with 2 ranks. More than 8 is a typo rather than a model to explain.
+MAX_RANKS = 8
+# Seconds. A 2-rank walk of a spec takes a few; this is a hang, not a slow model. A day is
+# the most a timeout may be: more is a typo (and past timedelta's range, a traceback).
+DEFAULT_TIMEOUT = 120.0
+MAX_TIMEOUT = 86_400.0
+# Imported by the parent before it forks, so that no rank imports them for itself.
+PRELOADED = ("torch.distributed", "torch._dynamo")
+
+_TERM_GRACE = 1.0  # seconds a rank gets between SIGTERM and SIGKILL
+_TEARDOWN_GRACE = 5.0  # seconds the ranks' teardown may take once every result is in
+_POLL = 0.05  # seconds between looks at the ranks' exits where there is no pidfd to wait on
+_TAIL = 2000  # characters of a rank's stderr kept for its error
+_HEADER = struct.Struct("!cQ")  # a record's kind and its length in bytes
+_RESULT, _ERROR = b"R", b"E"
+# A rank's exit codes: it sent what it raised; it sent its result but its teardown raised; it
+# failed before it could send anything.
+_FAILED, _TEARDOWN_FAILED, _BROKEN = 1, 3, 70
+# The store's keys for the ranks' last rendezvous: how many have finished; set once all have.
+_FINISHED, _ALL_FINISHED = "gradexplain/finished", "gradexplain/all finished"
+_PR_SET_PDEATHSIG = 1  # prctl's option (<linux/prctl.h>): a signal for when the parent dies
+
+
+@dataclass(frozen=True)
+class RankContext:
+    """What a rank's work is told: which rank it is, of how many."""
+
+    rank: int
+    world_size: int
+
+
+@dataclass(frozen=True)
+class LaunchReport:
+    """What the ranks returned, rank by rank; `notes` say how a rank ended badly after it had
+    sent its whole result (which still counts: the result was complete)."""
+
+    results: tuple[bytes, ...]
+    notes: tuple[str, ...] = ()
+
+
+def check_ranks(world_size: object, what: str) -> None:
+    """A UsageError naming `what` (the option or parameter the user gave) unless `world_size`
+    is a whole number from 1 to MAX_RANKS."""
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or not (
+            1 <= world_size <= MAX_RANKS):
+        raise UsageError(f"{what} {_shown(world_size)}: give a whole number of ranks "
+                         f"from 1 to {MAX_RANKS}")
+
+
+def _shown(value: object) -> str:
+    """A value the caller gave, as an error quotes it (a 5,000-digit int by its size)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return show_number(value)
+    return repr(value)
+
+
+def run_ranks(world_size: int, work: Callable[[RankContext], bytes], *,
+              timeout: float = DEFAULT_TIMEOUT) -> tuple[bytes, ...]:
+    """Run `work` once in each of `world_size` forked processes joined in one gloo process group
+    on 127.0.0.1; return what each rank's `work` returned, rank by rank."""
+    return launch(world_size, work, timeout=timeout).results
+
+
+def launch(world_size: int, work: Callable[[RankContext], bytes], *,
+           timeout: float = DEFAULT_TIMEOUT, threads: int = DEFAULT_THREADS) -> LaunchReport:
+    """`run_ranks` with how the ranks ended: each rank computes with `threads` threads (more
+    than one only from a process that has not computed with more: the module's docstring
+    says why); past `timeout` seconds the ranks without a result are stopped (RanksTimedOut).
+    A rank that raises or dies is RankFailed, after the other ranks were stopped."""
+    check_ranks(world_size, "world_size")
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not (
+            0 < timeout <= MAX_TIMEOUT):
+        raise UsageError(f"timeout {_shown(timeout)}: give a number of seconds above 0, "
+                         f"at most {MAX_TIMEOUT:,g}")
+    check_threads(threads, "threads")
+    plan = _Plan(world_size, timeout, threads, os.getpid(), _loopback_interface())
+    for name in PRELOADED:
+        __import__(name)
+    deadline = time.monotonic() + timeout
+    store = _master_store()
+    ranks: list[_Rank] = []
+    try:
+        for rank in range(world_size):
+            _start(rank, plan, store.port, work, ranks)
+        return _gather(ranks, deadline, timeout)
+    finally:
+        _stop(ranks)
+        for started in ranks:
+            started.close_fds()
+            started.stderr.close()
+        # The store's last reference, gone now: a traceback keeps this frame and its locals.
+        del store
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What every rank is started with, beside its number."""
+
+    world_size: int
+    timeout: float
+    threads: int
+    parent: int
+    loopback: str | None
+
+
+def _master_store() -> TCPStore:
+    """The rendezvous store, served by this process on 127.0.0.1, on a port the OS picks. The
+    store is handed a socket already listening: given a host name alone, it listens on every
+    interface, where anyone on the network could write to it during the run."""
+    from torch._C._distributed_c10d import TCPStore
+
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        port = listening.getsockname()[1]
+        fd = listening.detach()
+    try:
+        # The store owns the descriptor from here on, and closes it when it is destroyed.
+        return TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False,
+                        master_listen_fd=fd)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+        raise
+
+
+def _loopback_interface() -> str | None:
+    """The loopback interface's name. gloo listens on the address the host's name resolves to
+    unless GLOO_SOCKET_IFNAME names an interface, and that address may face the network."""
+    try:
+        names = {name for _, name in socket.if_nameindex()}
+    except OSError:
+        return None
+    return next((name for name in ("lo", "lo0") if name in names), None)
+
+
+# The parent's side.
+
+
+@dataclass
+class _Rank:
+    """A started rank as the parent follows it: what it has sent so far, and once it has
+    ended, its wait status. Mutable: it fills in while the rank runs."""
+
+    rank: int
+    pid: int
+    pipe: int | None  # the read end of its pipe, None once closed
+    stderr: IO[bytes]
+    exit_fd: int | None  # a pidfd readable once it exits, where the system has them
+    received: bytearray = field(default_factory=bytearray)
+    status: int | None = None  # os.waitpid's, once reaped (-1: someone else reaped it)
+    stopped: bool = False  # the parent sent it a signal
+
+    def kind(self) -> bytes | None:
+        """What it sent (_RESULT or _ERROR), once the whole record is in; else None."""
+        if len(self.received) < _HEADER.size:
+            return None
+        kind, length = _HEADER.unpack_from(self.received)
+        return bytes(kind) if len(self.received) >= _HEADER.size + length else None
+
+    def payload(self) -> bytes:
+        _, length = _HEADER.unpack_from(self.received)
+        return bytes(self.received[_HEADER.size:_HEADER.size + length])
+
+    def has_result(self) -> bool:
+        return self.kind() == _RESULT
+
+    def failed(self) -> bool:
+        """It sent what it raised, or ended without a whole record."""
+        kind = self.kind()
+        return kind == _ERROR if kind else self.status is not None
+
+    def watched(self) -> tuple[int, ...]:
+        return tuple(fd for fd in (self.pipe, self.exit_fd) if fd is not None)
+
+    def read(self) -> None:
+        """Whatever its pipe holds now; the pipe is closed at its end."""
+        while self.pipe is not None:
+            try:
+                chunk = os.read(self.pipe, 1 << 16)
+            except BlockingIOError:
+                return
+            if not chunk:
+                os.close(self.pipe)
+                self.pipe = None
+            self.received += chunk
+
+    def reap(self, block: bool) -> None:
+        """Its wait status, if it has ended (or once it has, with `block`); then what it wrote
+        before it ended, which may still be in the pipe."""
+        if self.status is not None:
+            return
+        try:
+            pid, status = os.waitpid(self.pid, 0 if block else os.WNOHANG)
+        except ChildProcessError:  # SIGCHLD ignored: the system reaped it
+            pid, status = self.pid, -1
+        if pid == 0:
+            return
+        self.status = status
+        self.read()
+        self.close_fds()
+
+    def send(self, number: signal.Signals) -> None:
+        if self.status is None:
+            self.stopped = True
+            os.kill(self.pid, number)
+
+    def close_fds(self) -> None:
+        for fd in self.watched():
+            os.close(fd)
+        self.pipe = self.exit_fd = None
+
+    def stderr_tail(self) -> str:
+        with contextlib.suppress(OSError, ValueError):  # ValueError: closed already
+            self.stderr.seek(max(0, self.stderr.seek(0, os.SEEK_END) - 4 * _TAIL))
+            return self.stderr.read().decode("utf-8", "replace")[-_TAIL:]
+        return ""
+
+    def ending(self) -> tuple[str, str]:
+        """How it ended: a kind ("exit", or the signal's name) and the words that say it
+        ("exited with code 3", "was killed by SIGKILL")."""
+        if self.status is None or self.status == -1:
+            return "exit", "ended"
+        code = os.waitstatus_to_exitcode(self.status)
+        if code >= 0:
+            return "exit", f"exited with code {code}"
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return name, f"was killed by {name}"
+
+
+def _start(rank: int, plan: _Plan, port: int, work: Callable[[RankContext], bytes],
+           ranks: list[_Rank]) -> None:
+    """Fork rank `rank` and add it to `ranks`. Ctrl-C is held back until it is there, or it
+    would run on unknown to `launch`; SIGINT and SIGTERM are blocked across the fork, so that
+    neither can raise in the child before it is in the code that ends it with os._exit."""
+    with contextlib.ExitStack() as undo:  # what was opened, closed if the fork fails
+        stderr = undo.enter_context(tempfile.TemporaryFile())
+        read_end, write_end = os.pipe()
+        undo.callback(os.close, read_end)
+        undo.callback(os.close, write_end)
+        # Python 3.12+ warns about forking a process with threads: the store's server is one,
+        # and a rank takes none of its locks.
+        with _interrupts_held(), warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+            try:
+                pid = os.fork()
+                if pid == 0:
+                    try:
+                        inherited = [fd for known in ranks
+                                     for fd in (*known.watched(), known.stderr.fileno())]
+                        for fd in (*inherited, read_end):
+                            os.close(fd)
+                        _rank_process(RankContext(rank, plan.world_size), plan, port, work,
+                                      mask, write_end, stderr.fileno())
+                    finally:
+                        os._exit(_BROKEN)
+                undo.pop_all()
+                os.close(write_end)
+                os.set_blocking(read_end, False)
+                ranks.append(_Rank(rank, pid, read_end, stderr, _exit_fd(pid)))
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+
+@contextlib.contextmanager
+def _interrupts_held() -> Iterator[None]:
+    """Ctrl-C held back until the block ends, then raised as it would have been. Only the main
+    thread is interrupted, and only it can set a handler: elsewhere nothing is held."""
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGINT) is None):  # None: set outside Python
+        yield
+        return
+    held: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda number, frame: held.append(number))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if held:
+            signal.raise_signal(signal.SIGINT)
+
+
+def _exit_fd(pid: int) -> int | None:
+    """A file descriptor that becomes readable when `pid` exits (Linux 5.3+), else None."""
+    pidfd_open = getattr(os, "pidfd_open", None)
+    if pidfd_open is None:
+        return None
+    try:
+        fd: int = pidfd_open(pid)
+    except OSError:
+        return None
+    return fd
+
+
+def _gather(ranks: list[_Rank], deadline: float, timeout: float) -> LaunchReport:
+    """Read and reap the ranks until every one has ended, one has failed or the time is up."""
+    until = deadline
+    while not any(rank.failed() for rank in ranks):
+        if all(rank.status is not None for rank in ranks):
+            break
+        now = time.monotonic()
+        if all(rank.has_result() for rank in ranks):
+            until = min(until, now + _TEARDOWN_GRACE)
+        if now >= until:
+            break
+        _wait(ranks, until - now)
+    missing = tuple(rank.rank for rank in ranks if not rank.has_result())
+    failed = any(rank.failed() for rank in ranks)
+    _stop(ranks)
+    if failed:
+        raise _failure(ranks)
+    if missing:
+        raise RanksTimedOut(missing, timeout)
+    return LaunchReport(tuple(rank.payload() for rank in ranks), tuple(
+        _note(rank) for rank in ranks if rank.stopped or rank.status != 0))
+
+
+def _note(rank: _Rank) -> str:
+    """How a rank ended badly after it sent its result."""
+    if rank.stopped:
+        return (f"rank {rank.rank} was stopped: its teardown had not ended "
+                f"{_TEARDOWN_GRACE:g} s after every rank had sent its result")
+    return f"rank {rank.rank} {rank.ending()[1]} after it sent its result"
+
+
+def _wait(ranks: list[_Rank], seconds: float) -> None:
+    """Up to `seconds` for a rank's pipe to have data or a rank to exit; then read what the
+    pipes hold and reap the ranks that have ended."""
+    running = [rank for rank in ranks if rank.status is None]
+    if any(rank.exit_fd is None for rank in running):
+        seconds = min(seconds, _POLL)
+    with selectors.DefaultSelector() as selector:
+        for rank in running:
+            for fd in rank.watched():
+                selector.register(fd, selectors.EVENT_READ)
+        selector.select(max(seconds, 0))
+    for rank in running:
+        rank.read()
+        rank.reap(block=False)
+
+
+def _stop(ranks: list[_Rank]) -> None:
+    """Every rank still running stopped and reaped: SIGTERM, then SIGKILL after a grace."""
+    for rank in ranks:
+        # One that ended by itself is not taken for one the parent stopped.
+        rank.reap(block=False)
+    for rank in ranks:
+        rank.send(signal.SIGTERM)
+    end = time.monotonic() + _TERM_GRACE
+    while any(rank.status is None for rank in ranks) and time.monotonic() < end:
+        _wait(ranks, end - time.monotonic())
+    for rank in ranks:
+        rank.send(signal.SIGKILL)
+        rank.reap(block=True)
+
+
+def _failure(ranks: list[_Rank]) -> RankFailed:
+    """The error for the rank that failed first. A rank that died by itself comes before any
+    that raised (its peers raise because it is gone); among those that raised, the one whose
+    record was made first."""
+    died = [rank for rank in ranks
+            if rank.failed() and rank.kind() is None and not rank.stopped]
+    raised = [(json.loads(rank.payload()), rank) for rank in ranks if rank.kind() == _ERROR]
+    if died or not raised:
+        rank = (died or [rank for rank in ranks if rank.failed()])[0]
+        kind, ended = rank.ending()
+        tail = rank.stderr_tail()
+        lines = tail.strip().splitlines()
+        said = f"; its stderr ended {quoted(lines[-1], 200)}" if lines else ""
+        return RankFailed(rank.rank, f"it {ended} before it sent its result{said}", kind=kind,
+                          stderr_tail=tail)
+    record, rank = min(raised, key=lambda pair: float(pair[0]["at"]))
+    error_class = _error_class(record.get("class"))
+    reason = record["message"] if error_class else f"{record['kind']}: {record['message']}"
+    return RankFailed(rank.rank, reason, kind=record["kind"],
+                      exit_code=int(record["exit_code"]), error_class=error_class,
+                      stderr_tail=rank.stderr_tail())
+
+
+def _error_class(name: str | None) -> type[GradexplainError] | None:
+    """The gradexplain error class a rank's record names ("module:qualname"), if this process
+    has it; a record is never a reason to import anything."""
+    if not name:
+        return None
+    module, _, qualname = name.partition(":")
+    found: Any = sys.modules.get(module)
+    for part in qualname.split("."):
+        found = getattr(found, part, None)
+    return found if isinstance(found, type) and issubclass(found, GradexplainError) else None
+
+
+# The rank's side.
+
+
+def _rank_process(context: RankContext, plan: _Plan, port: int,
+                  work: Callable[[RankContext], bytes], mask: Iterable[int],
+                  pipe: int, stderr: int) -> None:
+    """A forked rank, up to its os._exit (the caller's): join the group, run `work`, send its
+    result (or what it raised), tear the group down."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    _end_with(plan.parent)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.close(devnull)
+    os.dup2(stderr, 2)
+    # New objects on the new descriptors: what the parent's had buffered is never flushed here.
+    sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
+    sys.stderr = open(2, "w", buffering=1, errors="backslashreplace", closefd=False)  # noqa: SIM115
+    try:
+        store = _join(context, plan, port)
+        result = work(context)
+        if not isinstance(result, bytes):
+            raise TypeError(f"a rank's work returns bytes, not {type(result).__name__}")
+        _send(pipe, _RESULT, result)
+    except BaseException as error:
+        with contextlib.suppress(BaseException):
+            traceback.print_exc()
+        with contextlib.suppress(BaseException):
+            _send(pipe, _ERROR, _error_record(error))
+        os._exit(_FAILED)
+    import torch.distributed as dist
+
+    try:
+        # Wait for every rank's work to end: a rank that left while a slower one was still
+        # joining the group (or in a collective) made that one fail ("Connection closed by
+        # peer"). Through the store, which needs no gloo traffic.
+        if store.add(_FINISHED, 1) == context.world_size:
+            store.set(_ALL_FINISHED, "")
+        store.wait([_ALL_FINISHED])
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    except BaseException:
+        with contextlib.suppress(BaseException):
+            traceback.print_exc()
+        os._exit(_TEARDOWN_FAILED)
+    os._exit(0)
+
+
+def _end_with(parent: int) -> None:
+    """On Linux, the rank is killed when its parent dies: a parent killed by SIGKILL cannot
+    stop its ranks, and one blocked in a collective or looping in a model would run on."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:  # it died before that took effect
+        os._exit(_BROKEN)
+
+
+def _join(context: RankContext, plan: _Plan, port: int) -> Store:
+    """Join the group as rank `context.rank`: one thread, gloo on loopback, the parent's store
+    (returned: its client, for the ranks' last rendezvous)."""
+    import torch
+    import torch.distributed as dist
+    from torch._C._distributed_c10d import TCPStore
+
+    torch.set_num_threads(plan.threads)
+    if plan.loopback and "GLOO_SOCKET_IFNAME" not in os.environ:
+        os.environ["GLOO_SOCKET_IFNAME"] = plan.loopback
+    wait = timedelta(seconds=plan.timeout)
+    store = TCPStore("127.0.0.1", port, plan.world_size, is_master=False, timeout=wait)
+    dist.init_process_group("gloo", store=store, rank=context.rank,
+                            world_size=plan.world_size, timeout=wait)
+    return store
+
+
+def _error_record(error: BaseException) -> bytes:
+    """What a rank raised, as the parent needs it: its class, its one line, its exit code, and
+    when (CLOCK_MONOTONIC is the machine's, so the parent can tell which rank failed first)."""
+    said: dict[str, object] = {"kind": type(error).__name__, "message": first_line(error),
+                               "exit_code": 1, "at": time.monotonic()}
+    if isinstance(error, GradexplainError):
+        said.update(message=first_line_of(error.one_line()), exit_code=error.exit_code,
+                    **{"class": f"{type(error).__module__}:{type(error).__qualname__}"})
+    return json.dumps(said).encode()
+
+
+def _send(pipe: int, kind: bytes, payload: bytes) -> None:
+    data = memoryview(_HEADER.pack(kind, len(payload)) + payload)
+    while data:
+        data = data[os.write(pipe, data):]
+
+
+__all__ = ["DEFAULT_TIMEOUT", "MAX_RANKS", "LaunchReport", "RankContext", "check_ranks",
+           "launch", "run_ranks"]
