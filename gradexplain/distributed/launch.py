@@ -149,12 +149,14 @@ def launch(world_size: int, work: Callable[[RankContext], bytes], *,
             _start(rank, plan, store.port, work, ranks)
         return _gather(ranks, deadline, timeout)
     finally:
-        _stop(ranks)
-        for started in ranks:
-            started.close_fds()
-            started.stderr.close()
-        # The store's last reference, gone now: a traceback keeps this frame and its locals.
-        del store
+        try:
+            _stop(ranks)
+        finally:  # even when a second Ctrl-C cuts the stopping short
+            for started in ranks:
+                started.close_fds()
+                started.stderr.close()
+            # The store's last reference, gone now: a traceback keeps this frame's locals.
+            del store
 
 
 @dataclass(frozen=True)
@@ -281,6 +283,11 @@ class _Rank:
             return self.stderr.read().decode("utf-8", "replace")[-_TAIL:]
         return ""
 
+    def stderr_said(self) -> str:
+        """The last line it wrote on stderr, quoted after a semicolon; "" if none."""
+        lines = self.stderr_tail().strip().splitlines()
+        return f"; its stderr ended {quoted(lines[-1], 200)}" if lines else ""
+
     def ending(self) -> tuple[str, str]:
         """How it ended: a kind ("exit", or the signal's name) and the words that say it
         ("exited with code 3", "was killed by SIGKILL")."""
@@ -389,7 +396,7 @@ def _note(rank: _Rank) -> str:
     if rank.stopped:
         return (f"rank {rank.rank} was stopped: its teardown had not ended "
                 f"{_TEARDOWN_GRACE:g} s after every rank had sent its result")
-    return f"rank {rank.rank} {rank.ending()[1]} after it sent its result"
+    return f"rank {rank.rank} {rank.ending()[1]} after it sent its result{rank.stderr_said()}"
 
 
 def _wait(ranks: list[_Rank], seconds: float) -> None:
@@ -433,11 +440,8 @@ def _failure(ranks: list[_Rank]) -> RankFailed:
     if died or not raised:
         rank = (died or [rank for rank in ranks if rank.failed()])[0]
         kind, ended = rank.ending()
-        tail = rank.stderr_tail()
-        lines = tail.strip().splitlines()
-        said = f"; its stderr ended {quoted(lines[-1], 200)}" if lines else ""
-        return RankFailed(rank.rank, f"it {ended} before it sent its result{said}", kind=kind,
-                          stderr_tail=tail)
+        return RankFailed(rank.rank, f"it {ended} before it sent its result"
+                          f"{rank.stderr_said()}", kind=kind, stderr_tail=rank.stderr_tail())
     record, rank = min(raised, key=lambda pair: float(pair[0]["at"]))
     error_class = _error_class(record.get("class"))
     reason = record["message"] if error_class else f"{record['kind']}: {record['message']}"
@@ -526,7 +530,7 @@ def _join(context: RankContext, plan: _Plan, port: int) -> Store:
     import torch.distributed as dist
     from torch._C._distributed_c10d import TCPStore
 
-    torch.set_num_threads(plan.threads)
+    torch.set_num_threads(plan.threads)  # for the rank's whole life: nothing to put back
     if plan.loopback and "GLOO_SOCKET_IFNAME" not in os.environ:
         os.environ["GLOO_SOCKET_IFNAME"] = plan.loopback
     wait = timedelta(seconds=plan.timeout)
