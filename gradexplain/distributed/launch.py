@@ -1,66 +1,64 @@
 """Running one function in N forked processes joined in one gloo process group on 127.0.0.1,
-and bringing back what each returned: the launcher behind `walk --ranks N` (issue 21).
+and bringing back what each returned: the launcher behind `walk --ranks N` (issue 21). This is
+the parent's side; rank.py is what a rank does once forked.
 
 Why fork, in this order (../shared/reference/ddp-hook-facts.md, "Timing"): a rank that imports
 torch for itself costs seconds, and DDP's constructor imports all of `torch._dynamo` on first
 use (2.5 s, and 4-7 s a rank when two do it at once on 2 cores). So the parent imports both
 once, then serves the rendezvous store itself on 127.0.0.1, on a port the OS picks (no port is
-guessed, so none is raced for), and forks the ranks; each joins as a client of that store, and
-gloo is told to use the loopback interface. The parent runs no torch op here, but its caller
-may have: torch's OpenMP threads do not survive a fork, so a rank computes with one thread
-unless told otherwise (a rank told to use more hangs in its first parallel op if the parent
-has computed with more than one thread; the timeout ends it).
+guessed, so none is raced for), and forks the ranks. The parent runs no torch op here, but its
+caller may have: torch's OpenMP threads do not survive a fork, so a rank computes with one
+thread unless told otherwise (a rank told to use more hangs in its first parallel op if the
+parent has computed with more than one thread; the timeout ends it).
 
-A rank never returns into the parent's code (pytest, the command line, atexit handlers): it
-ends with `os._exit`, whatever happens. Its stdout goes to /dev/null (it would corrupt the
-parent's `--format json`), its stderr to a private temporary file that the parent quotes if
-the rank dies, and it ignores SIGINT: Ctrl-C reaches the whole process group, and the parent
-stops the ranks itself. A rank sends one length-prefixed record on its own pipe, its result
-or what it raised, before it tears the process group down: FSDP's teardown once aborted after
-both ranks had written, so a rank that ends badly after a whole result has succeeded (a note
-says how it ended). The parent reads every pipe while the ranks run, so a large result never
-leaves a rank blocked on a full pipe.
-
-The first rank to fail ends the run: the others are sent SIGTERM, then SIGKILL after a short
-grace (one may be blocked in a collective that will never complete), all are reaped, and one
-error names the rank that failed first and why. The timeout stops the ranks still without a
-result. No rank, pipe or port outlives `launch`, whether it returns or raises.
+The parent reads every rank's pipe while the ranks run, so a large result never leaves a rank
+blocked on a full pipe, and waits on their exits. A rank that ends badly after its whole
+result has succeeded (a note says how it ended). The first rank to fail ends the run: the
+others are sent SIGTERM, then SIGKILL after a short grace (one may be blocked in a collective
+that will never complete), all are reaped, and one error names the rank that failed first and
+why. The timeout stops the ranks still without a result. No rank, pipe or port outlives
+`launch`, whether it returns or raises.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import selectors
 import signal
 import socket
-import struct
 import sys
 import tempfile
 import threading
 import time
-import traceback
 import warnings
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import timedelta
 from typing import IO, TYPE_CHECKING, Any
 
+from gradexplain.distributed.rank import (
+    BROKEN,
+    RAISED,
+    RESULT,
+    Raised,
+    RankContext,
+    RankPlan,
+    record_kind,
+    record_payload,
+    run_rank,
+)
 from gradexplain.errors import (
     GradexplainError,
     RankFailed,
     RanksTimedOut,
     UsageError,
-    first_line,
-    first_line_of,
     quoted,
     show_number,
 )
 from gradexplain.threads import DEFAULT_THREADS, check_threads
 
 if TYPE_CHECKING:
-    from torch._C._distributed_c10d import Store, TCPStore
+    from torch._C._distributed_c10d import TCPStore
 
 # Each rank is a process with torch loaded, on a 2-core machine; every hook question shows
 # with 2 ranks. More than 8 is a typo rather than a model to explain.
@@ -76,22 +74,6 @@ _TERM_GRACE = 1.0  # seconds a rank gets between SIGTERM and SIGKILL
 _TEARDOWN_GRACE = 5.0  # seconds the ranks' teardown may take once every result is in
 _POLL = 0.05  # seconds between looks at the ranks' exits where there is no pidfd to wait on
 _TAIL = 2000  # characters of a rank's stderr kept for its error
-_HEADER = struct.Struct("!cQ")  # a record's kind and its length in bytes
-_RESULT, _ERROR = b"R", b"E"
-# A rank's exit codes: it sent what it raised; it sent its result but its teardown raised; it
-# failed before it could send anything.
-_FAILED, _TEARDOWN_FAILED, _BROKEN = 1, 3, 70
-# The store's keys for the ranks' last rendezvous: how many have finished; set once all have.
-_FINISHED, _ALL_FINISHED = "gradexplain/finished", "gradexplain/all finished"
-_PR_SET_PDEATHSIG = 1  # prctl's option (<linux/prctl.h>): a signal for when the parent dies
-
-
-@dataclass(frozen=True)
-class RankContext:
-    """What a rank's work is told: which rank it is, of how many."""
-
-    rank: int
-    world_size: int
 
 
 @dataclass(frozen=True)
@@ -138,15 +120,16 @@ def launch(world_size: int, work: Callable[[RankContext], bytes], *,
         raise UsageError(f"timeout {_shown(timeout)}: give a number of seconds above 0, "
                          f"at most {MAX_TIMEOUT:,g}")
     check_threads(threads, "threads")
-    plan = _Plan(world_size, timeout, threads, os.getpid(), _loopback_interface())
     for name in PRELOADED:
         __import__(name)
     deadline = time.monotonic() + timeout
     store = _master_store()
     ranks: list[_Rank] = []
     try:
+        plan = RankPlan(world_size, store.port, timeout, threads, os.getpid(),
+                        _loopback_interface())
         for rank in range(world_size):
-            _start(rank, plan, store.port, work, ranks)
+            _start(rank, plan, work, ranks)
         return _gather(ranks, deadline, timeout)
     finally:
         try:
@@ -157,17 +140,6 @@ def launch(world_size: int, work: Callable[[RankContext], bytes], *,
                 started.stderr.close()
             # The store's last reference, gone now: a traceback keeps this frame's locals.
             del store
-
-
-@dataclass(frozen=True)
-class _Plan:
-    """What every rank is started with, beside its number."""
-
-    world_size: int
-    timeout: float
-    threads: int
-    parent: int
-    loopback: str | None
 
 
 def _master_store() -> TCPStore:
@@ -219,23 +191,16 @@ class _Rank:
     stopped: bool = False  # the parent sent it a signal
 
     def kind(self) -> bytes | None:
-        """What it sent (_RESULT or _ERROR), once the whole record is in; else None."""
-        if len(self.received) < _HEADER.size:
-            return None
-        kind, length = _HEADER.unpack_from(self.received)
-        return bytes(kind) if len(self.received) >= _HEADER.size + length else None
-
-    def payload(self) -> bytes:
-        _, length = _HEADER.unpack_from(self.received)
-        return bytes(self.received[_HEADER.size:_HEADER.size + length])
+        """What it sent (RESULT or RAISED), once the whole record is in; else None."""
+        return record_kind(self.received)
 
     def has_result(self) -> bool:
-        return self.kind() == _RESULT
+        return self.kind() == RESULT
 
     def failed(self) -> bool:
         """It sent what it raised, or ended without a whole record."""
         kind = self.kind()
-        return kind == _ERROR if kind else self.status is not None
+        return kind == RAISED if kind else self.status is not None
 
     def watched(self) -> tuple[int, ...]:
         return tuple(fd for fd in (self.pipe, self.exit_fd) if fd is not None)
@@ -303,7 +268,7 @@ class _Rank:
         return name, f"was killed by {name}"
 
 
-def _start(rank: int, plan: _Plan, port: int, work: Callable[[RankContext], bytes],
+def _start(rank: int, plan: RankPlan, work: Callable[[RankContext], bytes],
            ranks: list[_Rank]) -> None:
     """Fork rank `rank` and add it to `ranks`. Ctrl-C is held back until it is there, or it
     would run on unknown to `launch`; SIGINT and SIGTERM are blocked across the fork, so that
@@ -326,10 +291,10 @@ def _start(rank: int, plan: _Plan, port: int, work: Callable[[RankContext], byte
                                      for fd in (*known.watched(), known.stderr.fileno())]
                         for fd in (*inherited, read_end):
                             os.close(fd)
-                        _rank_process(RankContext(rank, plan.world_size), plan, port, work,
-                                      mask, write_end, stderr.fileno())
+                        run_rank(RankContext(rank, plan.world_size), plan, work, mask,
+                                 write_end, stderr.fileno())
                     finally:
-                        os._exit(_BROKEN)
+                        os._exit(BROKEN)
                 undo.pop_all()
                 os.close(write_end)
                 os.set_blocking(read_end, False)
@@ -387,7 +352,7 @@ def _gather(ranks: list[_Rank], deadline: float, timeout: float) -> LaunchReport
         raise _failure(ranks)
     if missing:
         raise RanksTimedOut(missing, timeout)
-    return LaunchReport(tuple(rank.payload() for rank in ranks), tuple(
+    return LaunchReport(tuple(record_payload(rank.received) for rank in ranks), tuple(
         _note(rank) for rank in ranks if rank.stopped or rank.status != 0))
 
 
@@ -436,18 +401,18 @@ def _failure(ranks: list[_Rank]) -> RankFailed:
     record was made first."""
     died = [rank for rank in ranks
             if rank.failed() and rank.kind() is None and not rank.stopped]
-    raised = [(json.loads(rank.payload()), rank) for rank in ranks if rank.kind() == _ERROR]
+    raised = [(Raised.decode(record_payload(rank.received)), rank) for rank in ranks
+              if rank.kind() == RAISED]
     if died or not raised:
         rank = (died or [rank for rank in ranks if rank.failed()])[0]
         kind, ended = rank.ending()
         return RankFailed(rank.rank, f"it {ended} before it sent its result"
                           f"{rank.stderr_said()}", kind=kind, stderr_tail=rank.stderr_tail())
-    record, rank = min(raised, key=lambda pair: float(pair[0]["at"]))
-    error_class = _error_class(record.get("class"))
-    reason = record["message"] if error_class else f"{record['kind']}: {record['message']}"
-    return RankFailed(rank.rank, reason, kind=record["kind"],
-                      exit_code=int(record["exit_code"]), error_class=error_class,
-                      stderr_tail=rank.stderr_tail())
+    said, rank = min(raised, key=lambda pair: pair[0].at)
+    error_class = _error_class(said.error_class)
+    reason = said.message if error_class else f"{said.kind}: {said.message}"
+    return RankFailed(rank.rank, reason, kind=said.kind, exit_code=said.exit_code,
+                      error_class=error_class, stderr_tail=rank.stderr_tail())
 
 
 def _error_class(name: str | None) -> type[GradexplainError] | None:
@@ -460,101 +425,6 @@ def _error_class(name: str | None) -> type[GradexplainError] | None:
     for part in qualname.split("."):
         found = getattr(found, part, None)
     return found if isinstance(found, type) and issubclass(found, GradexplainError) else None
-
-
-# The rank's side.
-
-
-def _rank_process(context: RankContext, plan: _Plan, port: int,
-                  work: Callable[[RankContext], bytes], mask: Iterable[int],
-                  pipe: int, stderr: int) -> None:
-    """A forked rank, up to its os._exit (the caller's): join the group, run `work`, send its
-    result (or what it raised), tear the group down."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-    _end_with(plan.parent)
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 1)
-    os.close(devnull)
-    os.dup2(stderr, 2)
-    # New objects on the new descriptors: what the parent's had buffered is never flushed here.
-    sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
-    sys.stderr = open(2, "w", buffering=1, errors="backslashreplace", closefd=False)  # noqa: SIM115
-    try:
-        store = _join(context, plan, port)
-        result = work(context)
-        if not isinstance(result, bytes):
-            raise TypeError(f"a rank's work returns bytes, not {type(result).__name__}")
-        _send(pipe, _RESULT, result)
-    except BaseException as error:
-        with contextlib.suppress(BaseException):
-            traceback.print_exc()
-        with contextlib.suppress(BaseException):
-            _send(pipe, _ERROR, _error_record(error))
-        os._exit(_FAILED)
-    import torch.distributed as dist
-
-    try:
-        # Wait for every rank's work to end: a rank that left while a slower one was still
-        # joining the group (or in a collective) made that one fail ("Connection closed by
-        # peer"). Through the store, which needs no gloo traffic.
-        if store.add(_FINISHED, 1) == context.world_size:
-            store.set(_ALL_FINISHED, "")
-        store.wait([_ALL_FINISHED])
-        if dist.is_initialized():
-            dist.destroy_process_group()
-    except BaseException:
-        with contextlib.suppress(BaseException):
-            traceback.print_exc()
-        os._exit(_TEARDOWN_FAILED)
-    os._exit(0)
-
-
-def _end_with(parent: int) -> None:
-    """On Linux, the rank is killed when its parent dies: a parent killed by SIGKILL cannot
-    stop its ranks, and one blocked in a collective or looping in a model would run on."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() != parent:  # it died before that took effect
-        os._exit(_BROKEN)
-
-
-def _join(context: RankContext, plan: _Plan, port: int) -> Store:
-    """Join the group as rank `context.rank`: one thread, gloo on loopback, the parent's store
-    (returned: its client, for the ranks' last rendezvous)."""
-    import torch
-    import torch.distributed as dist
-    from torch._C._distributed_c10d import TCPStore
-
-    torch.set_num_threads(plan.threads)  # for the rank's whole life: nothing to put back
-    if plan.loopback and "GLOO_SOCKET_IFNAME" not in os.environ:
-        os.environ["GLOO_SOCKET_IFNAME"] = plan.loopback
-    wait = timedelta(seconds=plan.timeout)
-    store = TCPStore("127.0.0.1", port, plan.world_size, is_master=False, timeout=wait)
-    dist.init_process_group("gloo", store=store, rank=context.rank,
-                            world_size=plan.world_size, timeout=wait)
-    return store
-
-
-def _error_record(error: BaseException) -> bytes:
-    """What a rank raised, as the parent needs it: its class, its one line, its exit code, and
-    when (CLOCK_MONOTONIC is the machine's, so the parent can tell which rank failed first)."""
-    said: dict[str, object] = {"kind": type(error).__name__, "message": first_line(error),
-                               "exit_code": 1, "at": time.monotonic()}
-    if isinstance(error, GradexplainError):
-        said.update(message=first_line_of(error.one_line()), exit_code=error.exit_code,
-                    **{"class": f"{type(error).__module__}:{type(error).__qualname__}"})
-    return json.dumps(said).encode()
-
-
-def _send(pipe: int, kind: bytes, payload: bytes) -> None:
-    data = memoryview(_HEADER.pack(kind, len(payload)) + payload)
-    while data:
-        data = data[os.write(pipe, data):]
 
 
 __all__ = ["DEFAULT_TIMEOUT", "MAX_RANKS", "LaunchReport", "RankContext", "check_ranks",
