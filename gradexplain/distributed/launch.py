@@ -74,6 +74,9 @@ _TERM_GRACE = 1.0  # seconds a rank gets between SIGTERM and SIGKILL
 _TEARDOWN_GRACE = 5.0  # seconds the ranks' teardown may take once every result is in
 _POLL = 0.05  # seconds between looks at the ranks' exits where there is no pidfd to wait on
 _TAIL = 2000  # characters of a rank's stderr kept for its error
+# A rank's wait status where the system reaped it (the caller ignores SIGCHLD): how it ended
+# is not known.
+_UNKNOWN = -1
 
 
 @dataclass(frozen=True)
@@ -187,7 +190,7 @@ class _Rank:
     stderr: IO[bytes]
     exit_fd: int | None  # a pidfd readable once it exits, where the system has them
     received: bytearray = field(default_factory=bytearray)
-    status: int | None = None  # os.waitpid's, once reaped (-1: someone else reaped it)
+    status: int | None = None  # os.waitpid's once reaped, or _UNKNOWN
     stopped: bool = False  # the parent sent it a signal
 
     def kind(self) -> bytes | None:
@@ -225,7 +228,7 @@ class _Rank:
         try:
             pid, status = os.waitpid(self.pid, 0 if block else os.WNOHANG)
         except ChildProcessError:  # SIGCHLD ignored: the system reaped it
-            pid, status = self.pid, -1
+            pid, status = self.pid, _UNKNOWN
         if pid == 0:
             return
         self.status = status
@@ -256,7 +259,7 @@ class _Rank:
     def ending(self) -> tuple[str, str]:
         """How it ended: a kind ("exit", or the signal's name) and the words that say it
         ("exited with code 3", "was killed by SIGKILL")."""
-        if self.status is None or self.status == -1:
+        if self.status is None or self.status == _UNKNOWN:
             return "exit", "ended"
         code = os.waitstatus_to_exitcode(self.status)
         if code >= 0:
@@ -353,7 +356,7 @@ def _gather(ranks: list[_Rank], deadline: float, timeout: float) -> LaunchReport
     if missing:
         raise RanksTimedOut(missing, timeout)
     return LaunchReport(tuple(record_payload(rank.received) for rank in ranks), tuple(
-        _note(rank) for rank in ranks if rank.stopped or rank.status != 0))
+        _note(rank) for rank in ranks if rank.stopped or rank.status not in (0, _UNKNOWN)))
 
 
 def _note(rank: _Rank) -> str:

@@ -227,6 +227,31 @@ def test_the_timeout_stops_the_ranks_without_a_result(ports: list[int], tmp_path
     _assert_free(ports[0])
 
 
+@pytest.fixture
+def sigchld_ignored() -> Iterator[None]:
+    """The test process ignores SIGCHLD: the system reaps its children, and their wait
+    statuses are gone."""
+    before = signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    yield
+    signal.signal(signal.SIGCHLD, before)
+
+
+@pytest.mark.parametrize("where", ["no pidfds", "SIGCHLD ignored"])
+def test_the_ranks_are_followed_without_pidfds_or_wait_statuses(
+        where: str, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> None:
+    if where == "no pidfds":  # the ranks' exits are polled
+        monkeypatch.setattr(launcher, "_exit_fd", lambda pid: None)
+    else:
+        request.getfixturevalue("sigchld_ignored")
+    report = launch(2, _all_reduced([1.0]), timeout=GUARD)
+    assert [json.loads(result)["sum"] for result in report.results] == [[3.0], [3.0]]
+    assert report.notes == ()
+    with pytest.raises(RankFailed) as caught:
+        run_ranks(2, _failing_on(1, lambda: os._exit(3)), timeout=GUARD)
+    ended = "exited with code 3" if where == "no pidfds" else "ended"
+    assert str(caught.value) == f"rank 1 failed: it {ended} before it sent its result"
+
+
 def test_no_port_stays_bound_after_a_run(ports: list[int]) -> None:
     run_ranks(2, _all_reduced([1.0]), timeout=GUARD)
     _assert_free(ports[0])
