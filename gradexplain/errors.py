@@ -219,10 +219,11 @@ class HookRefusedError(BadInput):
 
 class RankFailed(GradexplainError):
     """One rank of a `--ranks N` run raised, or died, before it sent its result; the other
-    ranks were stopped. `kind` is what it raised (the class's name) or how it died ("signal",
-    "exit"). A rank that raised one of gradexplain's own errors keeps that error's exit code,
-    and `error_class` names the class (None for any other kind), so the run ends as the same
-    error ends a single-process one. `stderr_tail`: the end of what the rank wrote on stderr."""
+    ranks were stopped. `kind` is what it raised (the class's name) or how it died (the
+    signal's name, "SIGKILL", or "exit"). A rank that raised one of gradexplain's own errors
+    keeps that error's exit code, and `error_class` names the class (None for any other kind),
+    so the run ends as the same error ends a single-process one. `stderr_tail`: the end of
+    what the rank wrote on stderr."""
 
     def __init__(self, rank: int, reason: str, *, kind: str, exit_code: int = 1,
                  error_class: type[GradexplainError] | None = None,

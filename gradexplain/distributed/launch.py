@@ -176,9 +176,6 @@ def _loopback_interface() -> str | None:
     return next((name for name in ("lo", "lo0") if name in names), None)
 
 
-# The parent's side.
-
-
 @dataclass
 class _Rank:
     """A started rank as the parent follows it: what it has sent so far, and once it has
