@@ -188,7 +188,7 @@ class _Rank:
     exit_fd: int | None  # a pidfd readable once it exits, where the system has them
     received: bytearray = field(default_factory=bytearray)
     status: int | None = None  # os.waitpid's once reaped, or _UNKNOWN
-    stopped: bool = False  # the parent sent it a signal
+    sent: list[signal.Signals] = field(default_factory=list)  # the signals the parent sent it
 
     def kind(self) -> bytes | None:
         """What it sent (RESULT or RAISED), once the whole record is in; else None."""
@@ -234,8 +234,16 @@ class _Rank:
 
     def send(self, number: signal.Signals) -> None:
         if self.status is None:
-            self.stopped = True
+            self.sent.append(number)
             os.kill(self.pid, number)
+
+    def stopped(self) -> bool:
+        """The parent's signal ended it. One sent a signal as it was ending by itself (it
+        exited, or a signal the parent had not sent killed it) was not stopped: its end is
+        what made its peers raise, and it is the rank that failed."""
+        if self.status is None or self.status == _UNKNOWN:
+            return bool(self.sent)
+        return os.WIFSIGNALED(self.status) and os.WTERMSIG(self.status) in self.sent
 
     def close_fds(self) -> None:
         for fd in self.watched():
@@ -353,12 +361,12 @@ def _gather(ranks: list[_Rank], deadline: float, timeout: float) -> LaunchReport
     if missing:
         raise RanksTimedOut(missing, timeout)
     return LaunchReport(tuple(record_payload(rank.received) for rank in ranks), tuple(
-        _note(rank) for rank in ranks if rank.stopped or rank.status not in (0, _UNKNOWN)))
+        _note(rank) for rank in ranks if rank.stopped() or rank.status not in (0, _UNKNOWN)))
 
 
 def _note(rank: _Rank) -> str:
     """How a rank ended badly after it sent its result."""
-    if rank.stopped:
+    if rank.stopped():
         return (f"rank {rank.rank} was stopped: its teardown had not ended "
                 f"{_TEARDOWN_GRACE:g} s after every rank had sent its result")
     return f"rank {rank.rank} {rank.ending()[1]} after it sent its result{rank.stderr_said()}"
@@ -383,7 +391,6 @@ def _wait(ranks: list[_Rank], seconds: float) -> None:
 def _stop(ranks: list[_Rank]) -> None:
     """Every rank still running stopped and reaped: SIGTERM, then SIGKILL after a grace."""
     for rank in ranks:
-        # One that ended by itself is not taken for one the parent stopped.
         rank.reap(block=False)
     for rank in ranks:
         rank.send(signal.SIGTERM)
@@ -400,7 +407,7 @@ def _failure(ranks: list[_Rank]) -> RankFailed:
     that raised (its peers raise because it is gone); among those that raised, the one whose
     record was made first."""
     died = [rank for rank in ranks
-            if rank.failed() and rank.kind() is None and not rank.stopped]
+            if rank.failed() and rank.kind() is None and not rank.stopped()]
     raised = [(Raised.decode(record_payload(rank.received)), rank) for rank in ranks
               if rank.kind() == RAISED]
     if died or not raised:

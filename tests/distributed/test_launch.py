@@ -168,6 +168,22 @@ def test_a_rank_never_returns_into_the_parent(end: BaseException) -> None:
     assert (caught.value.rank, caught.value.kind) == (0, type(end).__name__)
 
 
+def test_a_rank_that_ignores_sigterm_is_killed(tmp_path: Path) -> None:
+    def work(context: RankContext) -> bytes:
+        if context.rank == 0:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            (tmp_path / "0.pid").write_text(str(os.getpid()))
+            time.sleep(60)
+        while not (tmp_path / "0.pid").exists():
+            time.sleep(0.01)
+        raise ValueError("the model broke")
+
+    with pytest.raises(RankFailed) as caught:
+        run_ranks(2, work, timeout=GUARD)
+    assert (caught.value.rank, caught.value.kind) == (1, "ValueError")
+    _assert_reaped([int((tmp_path / "0.pid").read_text())])
+
+
 def test_a_rank_killed_by_a_signal_is_named_with_the_signal(ports: list[int]) -> None:
     def die() -> None:
         sys.stderr.write("about to go\nits last words\n")
