@@ -1,0 +1,352 @@
+"""One process against the wrapping: each rank's single-process walk beside the same rank's
+distributed walk, pass by pass, hook call by hook call, with what the wrapping changed and why,
+and a verdict per rank. No torch here.
+
+Calls are paired structurally: the n-th call of a hook kind on a target (by gradexplain's own
+hook or the user's function) in one process is the n-th such call under the wrapping, wherever
+it fires. What changed is decided from the distributed walk's records, never from the numbers
+alone: whose derivative a wrapped value is (`ScopedArg`, `DistributedGrad`: this rank's own,
+or the mean over ranks), which hooks fell silent and why (`Silent`), and the labels of both
+walks. The numbers are compared too, to say where a changed quantity happens to hold the
+same values, and to report a difference no record explains rather than hide it.
+What it finds is records (records/distributed_diff.py), for render/ to show.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
+
+from gradexplain.records.distributed import (
+    DistributedGrad,
+    DistributedWalk,
+    RankPass,
+    RankWalk,
+    Silent,
+)
+from gradexplain.records.distributed_diff import (
+    ArgChange,
+    BucketChange,
+    CallChange,
+    ChangeKind,
+    DistributedDiff,
+    GradChange,
+    PassChange,
+    RankChange,
+)
+from gradexplain.records.paths import module_title
+from gradexplain.records.trace import HookKind, Nested, TensorValue
+from gradexplain.records.walk import FinalGrad, LabelledArg, LabelledEvent, PassWalk, Walk
+
+# What the sentences call each wrapping.
+WRAPPER_NAMES = {"ddp": "DDP", "fsdp": "FSDP2"}
+# Two values recorded in two processes from identical builds are the same within this much of
+# the larger one's largest element (float32 arithmetic in another order: the checks' allowance).
+RELATIVE = 1e-4
+# A verdict names this many hook calls of a kind, then counts the rest.
+NAMED = 4
+
+Key = tuple[HookKind, str, str | None, int]  # hook, target, the user's function, occurrence
+
+
+def distributed_diff(singles: Sequence[Walk], walk: DistributedWalk) -> DistributedDiff:
+    """Every rank's single-process walk (`singles`, rank by rank) beside its distributed one."""
+    if len(singles) != len(walk.ranks):
+        raise ValueError(f"{len(singles)} single-process walks for {len(walk.ranks)} ranks")
+    wrapper = WRAPPER_NAMES[walk.wrap]
+    ranks = tuple(_Rank(single, rank, wrapper, walk.world_size).change()
+                  for single, rank in zip(singles, walk.ranks, strict=True))
+    return DistributedDiff(walk.spec, walk.name, walk.torch, walk.world_size, walk.wrap,
+                           wrapper, ranks)
+
+
+def same_values(left: TensorValue | None, right: TensorValue | None) -> bool:
+    """The same shape and numbers (within RELATIVE), or None on both sides."""
+    if left is None or right is None:
+        return left is None and right is None
+    if tuple(left.shape) != tuple(right.shape):
+        return False
+    if left.value is None or right.value is None:
+        if left.summary is None or right.summary is None:
+            return False
+        ours = (left.summary.min, left.summary.max, left.summary.mean, left.summary.norm)
+        theirs = (right.summary.min, right.summary.max, right.summary.mean,
+                  right.summary.norm)
+        return _close(list(ours), list(theirs))
+    return _close(_flat(left.value), _flat(right.value))
+
+
+def _flat(value: Nested) -> list[float]:
+    if isinstance(value, list):
+        return [number for item in value for number in _flat(item)]
+    return [float(value)]
+
+
+def _close(left: list[float], right: list[float]) -> bool:
+    if len(left) != len(right):
+        return False
+    finite = [abs(number) for number in left + right if math.isfinite(number)]
+    allowed = RELATIVE * max(finite, default=0.0)
+    return all(a == b or abs(a - b) <= allowed for a, b in zip(left, right, strict=True))
+
+
+class _Rank:
+    """One rank: its single-process walk and its distributed one, pass by pass."""
+
+    def __init__(self, single: Walk, rank: RankWalk, wrapper: str, world_size: int) -> None:
+        self.single = single
+        self.rank = rank
+        self.wrapper = wrapper
+        self.world_size = world_size
+
+    def change(self) -> RankChange:
+        passes = []
+        for wrapped_pass in self.rank.walk.passes:
+            single_pass = next((item for item in self.single.passes
+                                if item.mode == wrapped_pass.mode), None)
+            rank_pass = self.rank.pass_named(wrapped_pass.mode)
+            if single_pass is None or rank_pass is None:
+                continue
+            passes.append(_Pass(single_pass, wrapped_pass, rank_pass, self.wrapper).change())
+        return RankChange(self.rank.rank, self.rank.inputs, tuple(passes),
+                          _verdict(passes, self.wrapper))
+
+
+class _Pass:
+    """One pass of one rank in both runs."""
+
+    def __init__(self, single: PassWalk, wrapped: PassWalk, rank_pass: RankPass,
+                 wrapper: str) -> None:
+        self.single = single
+        self.wrapped = wrapped
+        self.rank_pass = rank_pass
+        self.wrapper = wrapper
+        self.scoped = {(item.seq, item.arg): item for item in rank_pass.scoped}
+        self.silent = {(item.hook, item.target): item for item in rank_pass.silent}
+        self.user_hooks = {(item.hook, item.function): item for item in wrapped.user_hooks}
+
+    def change(self) -> PassChange:
+        return PassChange(self.wrapped.mode, len(self.single.events), len(self.wrapped.events),
+                          tuple(self.calls()), tuple(self.buckets()), tuple(self.grads()))
+
+    # --- hook calls ------------------------------------------------------------------------
+
+    def calls(self) -> list[CallChange]:
+        """Every call in the wrapped run's firing order; one that fired in one process only
+        comes right after the call it followed there."""
+        singles = list(_numbered(self.single.events))
+        paired = {key: event for key, event in singles}
+        placed: list[tuple[tuple[int, int, int], CallChange]] = []
+        found: set[Key] = set()
+        for position, (key, event) in enumerate(_numbered(self.wrapped.events)):
+            single = paired.get(key)
+            found.add(key)
+            placed.append(((position, 0, 0), self.pair(key, single, event)))
+        order = {key: position for position, (key, _) in enumerate(_numbered(
+            self.wrapped.events))}
+        after = -1
+        for index, (key, event) in enumerate(singles):
+            if key in found:
+                after = order[key]
+                continue
+            placed.append(((after, 1, index), self.pair(key, event, None)))
+        return [change for _, change in sorted(placed, key=lambda item: item[0])]
+
+    def pair(self, key: Key, single: LabelledEvent | None,
+             wrapped: LabelledEvent | None) -> CallChange:
+        hook, target, user, occurrence = key
+        event = wrapped or single
+        assert event is not None
+        args = tuple(self.args(single, wrapped))
+        kind: ChangeKind
+        if wrapped is None:
+            kind, reason = "silenced", self.silenced(hook, target)
+        elif single is None:
+            kind, reason = "added", self.added(wrapped)
+        else:
+            kind, reason = _paired_kind(args, self.wrapper)
+        return CallChange(hook, target, user, occurrence, event.run,
+                          single.seq if single else None, wrapped.seq if wrapped else None,
+                          kind, args, reason)
+
+    def args(self, single: LabelledEvent | None,
+             wrapped: LabelledEvent | None) -> Iterator[ArgChange]:
+        left = {arg.name: arg for arg in single.args} if single else {}
+        right = {arg.name: arg for arg in wrapped.args} if wrapped else {}
+        for name in dict.fromkeys([*left, *right]):
+            one, other = left.get(name), right.get(name)
+            scoped = self.scoped.get((wrapped.seq, name)) if wrapped else None
+            yield ArgChange(
+                name, one, other,
+                one is not None and other is not None and same_values(one.value, other.value),
+                one is not None and other is not None and _same_label(one, other),
+                scoped.whose if scoped else None, scoped.check if scoped else None,
+                scoped.not_checked if scoped else None)
+
+    def silenced(self, hook: HookKind, target: str) -> str:
+        silent = self.silent.get((hook, target))
+        if silent is not None:
+            return silent.why
+        return f"it fired in one process and not under {self.wrapper}"
+
+    def added(self, event: LabelledEvent) -> str:
+        user = self.user_hooks.get((event.hook, event.user or ""))
+        if user is not None:
+            return (f"{user.function}: a {user.hook} hook {self.wrapper} registered on "
+                    f"{module_title(user.target)}, which the walk records as one the model "
+                    "came with")
+        return f"only under {self.wrapper}"
+
+    # --- what only the wrapping makes, and .grad ----------------------------------------------
+
+    def buckets(self) -> Iterator[BucketChange]:
+        events = {event.seq: event for event in self.wrapped.events}
+        for bucket in self.rank_pass.buckets:
+            names = ", ".join(slot.parameter for slot in bucket.slots)
+            event = events.get(bucket.after_seq) if bucket.after_seq is not None else None
+            where = (f"after #{event.seq} ({event.hook} {module_title(event.target)})"
+                     if event is not None else "before every hook call")
+            reduced = any(slot.after is not None for slot in bucket.slots)
+            text = (f"only under {self.wrapper}: its communication hook got bucket "
+                    f"{bucket.index} ({names}) in run {bucket.run}, {where}, holding this "
+                    "rank's own gradients; "
+                    + ("the all-reduce returned their sum over ranks" if reduced
+                       else "the all-reduce never completed"))
+            changed = [f"{slot.parameter} by your hook {slot.changed_by}"
+                       for slot in bucket.slots if slot.changed_by is not None]
+            if changed:
+                text += "; what this rank put in was changed first: " + ", ".join(changed)
+            yield BucketChange(bucket, text)
+
+    def grads(self) -> Iterator[GradChange]:
+        single = {grad.name: grad for grad in self.single.grads}
+        wrapped = {grad.name: grad for grad in self.rank_pass.grads}
+        silent: dict[str, list[Silent]] = {}
+        for item in self.rank_pass.silent:
+            silent.setdefault(item.target, []).append(item)
+        for name in dict.fromkeys([*single, *wrapped]):
+            yield _grad(name, single.get(name), wrapped.get(name), silent.get(name, []),
+                        self.wrapper)
+
+
+def _numbered(events: Iterable[LabelledEvent]) -> Iterator[tuple[Key, LabelledEvent]]:
+    """Each event with its key: hook, target, user function, and its occurrence among the
+    pass's calls of that hook on that target (1 for the first)."""
+    seen: Counter[tuple[HookKind, str, str | None]] = Counter()
+    for event in events:
+        head = (event.hook, event.target, event.user)
+        seen[head] += 1
+        yield (*head, seen[head]), event
+
+
+def _same_label(left: LabelledArg, right: LabelledArg) -> bool:
+    one, other = left.meaning, right.meaning
+    if one is None or other is None:
+        return one is None and other is None
+    return ((one.kind, one.of, one.wrt, one.layout, one.partial, one.modified)
+            == (other.kind, other.of, other.wrt, other.layout, other.partial, other.modified))
+
+
+def _label(arg: LabelledArg | None) -> str:
+    if arg is None:
+        return "no such argument"
+    if arg.value is None:
+        return "None"
+    return arg.meaning.text if arg.meaning is not None else "not a derivative"
+
+
+def _paired_kind(args: Sequence[ArgChange], wrapper: str) -> tuple[ChangeKind, str]:
+    """What the wrapping did to a call that fired in both runs, and why in one line."""
+    scoped = [arg for arg in args if arg.whose is not None and arg.whose.scope != "local"]
+    if scoped:
+        reasons = []
+        for arg in scoped:
+            assert arg.whose is not None
+            text = f"{arg.name} is {arg.whose.text}, {arg.whose.when}"
+            if arg.same_value:
+                text += " (the same numbers here, though not the same quantity)"
+            reasons.append(text)
+        return "changed", "; ".join(reasons)
+    differing = [arg for arg in args if not arg.same_value]
+    if differing:
+        return "changed", "; ".join(
+            f"{arg.name} differs ({_label(arg.single)} in one process, {_label(arg.wrapped)} "
+            f"under {wrapper}), and no record of the distributed walk says why"
+            for arg in differing)
+    relabelled = [arg.name for arg in args if not arg.same_label]
+    if relabelled:
+        text = (f"{', '.join(relabelled)}: the same value, whose label names another tensor "
+                f"under {wrapper}")
+        if wrapper == "FSDP2":
+            text += (": FSDP2's forward runs on the parameters it all-gathers, leaves of "
+                     "their own, not the model's sharded ones")
+        return "relabelled", text
+    return "same", ""
+
+
+def _grad(name: str, single: FinalGrad | None, wrapped: DistributedGrad | None,
+          silent: Sequence[Silent], wrapper: str) -> GradChange:
+    """A leaf's `.grad` after the pass in one process and under the wrapping."""
+    equal = (single is not None and wrapped is not None
+             and same_values(single.value, wrapped.value))
+    if wrapped is None:
+        return GradChange(name, single, None, True, False,
+                          f"the distributed walk has no .grad of {name}")
+    if single is None:
+        return GradChange(name, None, wrapped, True, False,
+                          f"only under {wrapper}: {wrapped.whose.text}, {wrapped.whose.when}")
+    whose = wrapped.whose
+    changed = whose.scope != "local"
+    if changed:
+        reason = f"{whose.text}, {whose.when}"
+        if equal:
+            reason += " (the same numbers here, though not the same quantity)"
+    elif equal:
+        reason = ""
+    else:
+        changed = True
+        reason = (f"the values differ though the distributed walk reads it as {whose.text} "
+                  f"({whose.when})")
+    if changed and {item.hook for item in silent} >= {"tensor", "post_accumulate_grad"}:
+        # No hook of the leaf fired on this rank: why says where its .grad came from.
+        reason = "; ".join(part for part in (reason, silent[0].why) if part)
+    return GradChange(name, single, wrapped, changed, equal, reason)
+
+
+def _verdict(passes: Sequence[PassChange], wrapper: str) -> str:
+    """One line per rank: what the wrapping changed, over both passes."""
+    kinds: dict[str, list[str]] = {}
+    for change in passes:
+        for call in change.differing():
+            what = f"{call.hook} on {module_title(call.target)}"
+            if call.user:
+                what = f"{call.user} ({call.hook} on {module_title(call.target)})"
+            kinds.setdefault(call.kind, [])
+            if what not in kinds[call.kind]:
+                kinds[call.kind].append(what)
+    grads = list(dict.fromkeys(grad.name for change in passes for grad in change.grads
+                               if grad.changed))
+    buckets = max((len(change.buckets) for change in passes), default=0)
+    added = (f"; {wrapper} added its communication hook ({buckets} bucket call"
+             f"{'s' if buckets != 1 else ''} a pass)" if buckets else "")
+    if not kinds:
+        if grads:
+            return f"wrapping changed only .grad after backward ({_named(grads)}){added}"
+        return f"wrapping changed nothing any hook or .grad saw{added}"
+    words = {"changed": "what {} saw", "silenced": "silenced {}",
+             "relabelled": "the labels of {} (the same values)",
+             "added": "added {}"}
+    parts = [words[kind].format(_named(kinds[kind])) for kind in words if kind in kinds]
+    if grads:
+        parts.append(f".grad after backward ({_named(grads)})")
+    return "wrapping changed " + "; ".join(parts) + added
+
+
+def _named(items: Sequence[str]) -> str:
+    shown = ", ".join(items[:NAMED])
+    more = len(items) - NAMED
+    return shown + (f" and {more} more" if more > 0 else "")
+
+
+__all__ = ["WRAPPER_NAMES", "distributed_diff", "same_values"]
