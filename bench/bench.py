@@ -29,7 +29,11 @@ What it measures (wall time of whole processes, as a user at a shell sees them):
    against the floor's. Goals (issue 20): a capture within torchlens's time and within 3x the
    clone floor.
 
-6. Threads: ``gradexplain walk examples/models.py:make_deep --input 32x256 --format json``
+6. Distributed: ``gradexplain walk specs/ddp_hooks.yaml --ranks 2`` (DDP) and ``--wrap fsdp``
+   (FSDP2) against the single-process ``gradexplain walk specs/ddp_hooks.yaml``. Goal (issue
+   21): within 2x. The ranks are forked from the walk's process after it has imported torch and
+   ``torch._dynamo`` (which DDP's constructor imports on first use).
+7. Threads: ``gradexplain walk examples/models.py:make_deep --input 32x256 --format json``
    with one torch thread (the default, issue 15) against ``--threads N`` with N the number of
    CPUs (torch's own default), and whether both print the same bytes.
 
@@ -88,6 +92,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from command_sections import (
+    distributed_section,
     large_section,
     scaling_section,
     session_section,
@@ -99,7 +104,8 @@ from python_section import PYTHON_BUDGET_SECONDS, python_section
 from timing import REPO, last_line, launcher
 
 # Every section, in the order they run (whatever the order of --only).
-SECTIONS = ("startup", "walk", "session", "scaling", "large", "python", "threads")
+SECTIONS = ("startup", "walk", "distributed", "session", "scaling", "large", "python",
+            "threads")
 Section = Callable[[], tuple[list[str], bool]]
 
 
@@ -211,6 +217,7 @@ def section_runs(gx: list[str], settings: Settings) -> dict[str, Section]:
     return {
         "startup": lambda: startup_section(gx, rounds),
         "walk": lambda: walk_section(gx, rounds),
+        "distributed": lambda: distributed_section(gx, rounds),
         "session": lambda: in_workdir(session_section, gx, rounds),
         "scaling": lambda: in_workdir(scaling_section, gx, scaling_rounds),
         "large": lambda: in_workdir(large_section, gx, scaling_rounds),

@@ -28,6 +28,8 @@ TWO_MODULES = "specs/two_modules.yaml"
 STARTUP_BUDGET = 1.5
 WALK_BUDGET = 1.25  # issue 3, for JSON
 WALK_TEXT_BUDGET = 1.15  # issue 20, for text (the default)
+DDP_SPEC = "specs/ddp_hooks.yaml"
+DISTRIBUTED_BUDGET = 2.0  # issue 21: a 2-rank walk within 2x the single-process walk
 SCALING_LAYERS = (10, 100, 300)
 TARGET_SECONDS = 10.0
 TARGET_MB = 50.0
@@ -77,6 +79,20 @@ def walk_section(gx: list[str], rounds: int) -> tuple[list[str], bool]:
          (Command(f"gradexplain walk {TWO_MODULES} --format json > /dev/null",
                   [*gx, "walk", TWO_MODULES, "--format", "json"]), WALK_BUDGET)],
         rounds, "budget (issues 20, 3)")
+
+
+def distributed_section(gx: list[str], rounds: int) -> tuple[list[str], bool]:
+    """`walk --ranks 2` of the facts file's model, under DDP and FSDP2, against the
+    single-process walk of the same spec; goal (issue 21): within 2x."""
+    single = [*gx, "walk", DDP_SPEC]
+    return ratio_section(
+        "Distributed walks: 2 ranks against one process",
+        Command(f"gradexplain walk {DDP_SPEC} > /dev/null", single),
+        [(Command(f"gradexplain walk {DDP_SPEC} --ranks 2 > /dev/null",
+                  [*single, "--ranks", "2"]), DISTRIBUTED_BUDGET),
+         (Command(f"gradexplain walk {DDP_SPEC} --ranks 2 --wrap fsdp > /dev/null",
+                  [*single, "--ranks", "2", "--wrap", "fsdp"]), DISTRIBUTED_BUDGET)],
+        rounds, "goal (issue 21)")
 
 
 def session_section(gx: list[str], rounds: int, workdir: Path) -> tuple[list[str], bool]:

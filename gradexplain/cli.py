@@ -139,6 +139,8 @@ def walk(
     loss_of: option.LossOfOption = None,
     max_values: option.MaxValuesOption = None,
     threads: option.ThreadsOption = None,
+    ranks: option.RanksOption = None,
+    wrap: option.WrapOption = None,
 ) -> None:
     """Run SPEC with every hook and say which derivative each hook argument is.
 
@@ -153,13 +155,26 @@ def walk(
     SPEC may also be your own model: `gradexplain walk models.py:make_model --input 4x3`
     (see --input, --inputs, --loss, --loss-of); the loss backpropagated is the sum of its
     output, or of the part --loss-of selects (--loss-of 0 for nn.LSTM's out).
+
+    With --ranks N the model runs in N processes under DistributedDataParallel or FSDP2
+    (--wrap), and every hook on a parameter is said to see this rank's own gradient, or the
+    sum or mean over ranks, relative to the all-reduce, each checked against single-process
+    runs of every rank's inputs: `gradexplain walk specs/ddp_hooks.yaml --ranks 2`.
     """
     from gradexplain.analysis.order import first_firing_orders
     from gradexplain.analysis.pinned import session_view
     from gradexplain.render.outputs import walk_output
     from gradexplain.render.select import select
 
-    options = option.run_options(input_shapes, inputs_file, loss, max_values, threads, loss_of)
+    options = option.run_options(input_shapes, inputs_file, loss, max_values, threads, loss_of,
+                                 ranks, wrap)
+    if ranks is not None:
+        _refuse_with_ranks(("--save", save is not None), ("--order", order),
+                           ("--module", module is not None), ("--hook", bool(hook)),
+                           ("--pass", pass_ is not option.PassChoice.both),
+                           ("--all-blocks", all_blocks))
+        _walk_distributed(spec, load, options, output_format.value, timeline, pretty)
+        return
     check_run_output(save, "--save", spec, load, options)
     session = _session(spec, load, options)
     if save is not None:
@@ -308,14 +323,23 @@ def _session(spec: str | None, load: Path | None, options: RunOptions = NO_OPTIO
 
 def _capture(source: Source) -> Session:
     """Run a spec or Python model, with a progress bar while it runs."""
+    with _running(source) as progress:
+        return source.capture(progress)
+
+
+@contextmanager
+def _running(source: Source, bar: bool = True) -> Iterator[Callable[[str], None] | None]:
+    """Around a run: torch imported first, the collector back on, a progress bar (`bar`), and
+    a Python model's own output kept off stdout."""
     # torch and the capture imported before the run, the end of start-up: the garbage
     # collector, paused for start-up, is back on for the run.
     from gradexplain.capture import pipeline  # noqa: F401
 
     resume_collection()
     if source.spec is not None:
-        with _progress_bar() as progress:
-            return source.capture(progress)
+        with _progress_bar(bar) as progress:
+            yield progress
+        return
     from gradexplain.user_output import ModelOutput, captured_output
     from gradexplain.user_signals import user_signals
 
@@ -325,18 +349,18 @@ def _capture(source: Source) -> Session:
     # must not end the process either (user_signals).
     printed = ModelOutput()
     try:
-        with _progress_bar() as progress, user_signals(), captured_output() as printed:
-            return source.capture(progress)
+        with _progress_bar(bar) as progress, user_signals(), captured_output() as printed:
+            yield progress
     finally:
         for line in printed.lines():
             echo(line, err=True)
 
 
 @contextmanager
-def _progress_bar() -> Iterator[Callable[[str], None] | None]:
+def _progress_bar(wanted: bool = True) -> Iterator[Callable[[str], None] | None]:
     """A transient progress bar of the walk's stages on stderr, only when stderr is a terminal
-    (piped or captured stderr stays clean)."""
-    if not sys.stderr.isatty():
+    (piped or captured stderr stays clean) and it is `wanted`."""
+    if not wanted or not sys.stderr.isatty():
         yield None
         return
     from rich.console import Console
@@ -354,6 +378,33 @@ def _progress_bar() -> Iterator[Callable[[str], None] | None]:
             bar.update(task, completed=STAGES.index(stage), description=stage)
 
         yield step
+
+
+def _refuse_with_ranks(*flags: tuple[str, bool]) -> None:
+    """The options a distributed walk does not take (yet), said before anything runs."""
+    given = [flag for flag, used in flags if used]
+    if given:
+        raise UsageError(f"--ranks: {', '.join(given)} {'is' if len(given) == 1 else 'are'} "
+                         "for single-process walks; a distributed walk shows every rank's "
+                         "parameter hooks, buckets and .grad, and each rank's full pass "
+                         "(--timeline for every hook call)")
+
+
+def _walk_distributed(spec: str | None, load: Path | None, options: RunOptions,
+                      output_format: str, timeline: bool, pretty: bool) -> None:
+    """`walk --ranks N`: every rank's walk under DDP or FSDP2, shown; exit 1 on a failed
+    check."""
+    from gradexplain.render.outputs import distributed_walk_output
+
+    source = open_source(spec, load, options)
+    assert isinstance(source, Source)  # --load with --ranks is refused by open_source
+    # No progress bar: its refresh thread could hold a lock at the moment the ranks fork.
+    with _running(source, bar=False):
+        walk = source.capture_distributed()
+    freeze_survivors()
+    show(distributed_walk_output(walk, output_format, timeline=timeline, pretty=pretty))
+    if walk.failures():
+        raise typer.Exit(1)
 
 
 def _exit_on_failures(session: Session) -> None:

@@ -15,6 +15,9 @@ import typer
 from gradexplain.sessions import RunOptions
 from gradexplain.threads import DEFAULT_THREADS, MAX_THREADS
 
+# The most ranks `--ranks` starts: each is a process with its own torch, on a small machine.
+MAX_RANKS = 8
+
 if TYPE_CHECKING:
     # The records of a run (their dataclasses: 8 ms to import) are no part of `--help`,
     # `validate` or a completion; `walk` imports them when it runs.
@@ -138,6 +141,28 @@ ThreadsOption = Annotated[
 ]
 
 
+class WrapChoice(str, Enum):
+    ddp = "ddp"
+    fsdp = "fsdp"
+
+
+RanksOption = Annotated[
+    int | None,
+    typer.Option("--ranks", min=1, max=MAX_RANKS, help="Run the model in N processes joined "
+                 "by torch.distributed (gloo on 127.0.0.1), wrapped in DistributedDataParallel "
+                 "or FSDP2 (--wrap), and say for every hook whose derivative it sees: this "
+                 "rank's own, or the mean over ranks, relative to the all-reduce. A spec's "
+                 "distributed: section gives each rank its inputs; a Python model's batch is "
+                 "cut into N equal parts.", show_default=False),
+]
+WrapOption = Annotated[
+    WrapChoice | None,
+    typer.Option("--wrap", help="With --ranks: ddp (DistributedDataParallel, the default "
+                 "unless the spec's distributed.wrap says otherwise) or fsdp (FSDP2's "
+                 "fully_shard).", show_default=False, parser=choice_of(WrapChoice)),
+]
+
+
 LoadOption = Annotated[
     Path | None,
     typer.Option("--load", help="Render a session saved by `walk --save` instead of running "
@@ -203,7 +228,8 @@ AllSpecsOption = Annotated[
 
 def run_options(shapes: list[str] | None, inputs_file: Path | None, loss: LossChoice | None,
                 max_values: int | None, threads: int | None,
-                loss_of: str | None = None) -> RunOptions:
+                loss_of: str | None = None, ranks: int | None = None,
+                wrap: WrapChoice | None = None) -> RunOptions:
     """The run options as parsed, in plain values (None where not given)."""
     return RunOptions(tuple(shapes or ()), inputs_file, None if loss is None else loss.value,
-                      max_values, threads, loss_of)
+                      max_values, threads, loss_of, ranks, None if wrap is None else wrap.value)

@@ -16,7 +16,8 @@ from gradexplain.threads import DEFAULT_THREADS
 
 if TYPE_CHECKING:
     from gradexplain.capture.pipeline import Progress
-    from gradexplain.language.model import ModelSpec
+    from gradexplain.language.model import ModelSpec, WrapKind
+    from gradexplain.records.distributed import DistributedWalk
     from gradexplain.records.session import Session
 
 
@@ -32,6 +33,9 @@ class RunOptions:
     max_values: int | None = None
     threads: int | None = None
     output: str | None = None
+    # `--ranks N` and `--wrap`: the model run in N processes under DDP or FSDP2 (distributed/).
+    ranks: int | None = None
+    wrap: str | None = None
 
 
 NO_OPTIONS = RunOptions()
@@ -61,6 +65,33 @@ class Source:
                                 max_values=self.options.max_values, progress=progress,
                                 threads=threads)
 
+    def capture_distributed(self) -> DistributedWalk:
+        """Run it on `options.ranks` ranks, wrapped (torch): every rank's walk, read as a
+        distributed one."""
+        from gradexplain.distributed.plan import python_plan, spec_plan
+        from gradexplain.distributed.run import capture_distributed
+
+        options = self.options
+        assert options.ranks is not None
+        threads = DEFAULT_THREADS if options.threads is None else options.threads
+        wrap = None if options.wrap is None else _wrap_kind(options.wrap)
+        if self.spec is None:
+            plan = python_plan(self.target, options.inputs, options.inputs_file,
+                               options.loss or "sum", options.output, options.ranks, wrap,
+                               options.max_values, threads)
+        else:
+            plan = spec_plan(self.spec, self.target, self.text, options.ranks, wrap,
+                             options.max_values, threads)
+        return capture_distributed(plan)
+
+
+def _wrap_kind(text: str) -> WrapKind:
+    if text == "ddp":
+        return "ddp"
+    if text == "fsdp":
+        return "fsdp"
+    raise UsageError(f"--wrap {text!r}: use ddp or fsdp")
+
 
 def open_source(spec: str | None, load: Path | None,
                 options: RunOptions = NO_OPTIONS) -> Session | Source:
@@ -72,10 +103,13 @@ def open_source(spec: str | None, load: Path | None,
                                             ("--inputs", options.inputs_file),
                                             ("--loss", options.loss),
                                             ("--loss-of", options.output)) if given]
+    if options.wrap is not None and options.ranks is None:
+        raise UsageError(f"--wrap {options.wrap} wraps the model for a distributed run: give "
+                         "--ranks N too")
     if load is not None:
         run_only = python_only + [flag for flag, given in (
-            ("--max-values", options.max_values), ("--threads", options.threads))
-            if given is not None]
+            ("--max-values", options.max_values), ("--threads", options.threads),
+            ("--ranks", options.ranks)) if given is not None]
         if run_only:
             raise UsageError("--load renders a saved session as it was captured: leave out "
                              f"{', '.join(run_only)}")

@@ -25,7 +25,7 @@ from gradexplain.capture.values import grad_outputs
 from gradexplain.errors import GradexplainError
 from gradexplain.language.model import ModelSpec
 from gradexplain.records.graph import Signature, real_order, signature
-from gradexplain.records.names import ACCUMULATE, HOOK_WRAPPER
+from gradexplain.records.names import ACCUMULATE, IDENTITY_NODES
 from gradexplain.records.trace import PassTrace
 
 Node = Any  # torch.autograd.graph.Node
@@ -195,7 +195,7 @@ def _no_op(module: Any, grad_input: Any, grad_output: Any) -> None:
 
 
 def _is_wrapper(node: Node) -> bool:
-    return bool(node.name() == HOOK_WRAPPER)
+    return node.name() in IDENTITY_NODES
 
 
 def _next(node: Node) -> tuple[tuple[Node | None, int], ...]:

@@ -32,7 +32,7 @@ from gradexplain.capture.user_hooks import user_hooks
 from gradexplain.capture.usercode import user_frame
 from gradexplain.capture.values import grad_outputs, tensor_value
 from gradexplain.errors import ExpectationError, Location, ModelRunError
-from gradexplain.records.names import ACCUMULATE, HOOK_WRAPPER, canonical_name, op_name
+from gradexplain.records.names import ACCUMULATE, IDENTITY_NODES, canonical_name, op_name
 from gradexplain.records.trace import (
     Arg,
     Event,
@@ -535,7 +535,7 @@ def _grad_fn_op(tensor: torch.Tensor) -> str:
     agree."""
     node: Node = tensor.grad_fn
     number = tensor.output_nr
-    while node.name() == HOOK_WRAPPER and number < len(node.next_functions):
+    while node.name() in IDENTITY_NODES and number < len(node.next_functions):
         inner, number = node.next_functions[number]
         if inner is None:
             break

@@ -67,7 +67,19 @@ def capture_distributed(plan: Plan, launch: Launcher | None = None) -> Distribut
         world_size=plan.setup.world_size, wrap=plan.setup.wrap, backend="gloo",
         ddp=plan.setup.ddp if plan.setup.wrap == "ddp" else None, ranks=ranks,
         reference=reference_records(reference), pitfalls=pitfalls(ranks,
-                                                                  plan.setup.world_size))
+                                                                  plan.setup.world_size),
+        notes=_notes(plan))
+
+
+def _notes(plan: Plan) -> tuple[str, ...]:
+    """What the reader should know about how this walk ran that no record says."""
+    notes = []
+    if plan.setup.wrap == "ddp" and plan.setup.ddp.bucket_cap_mb is not None:
+        notes.append(f"bucket_cap_mb={plan.setup.ddp.bucket_cap_mb:g} shows no effect here: in "
+                     "its first iteration DDP puts every parameter in one bucket, whatever the "
+                     "cap, and rebuilds its buckets by the cap only after it (after the second "
+                     "with static_graph); each pass of this walk is a first iteration")
+    return tuple(notes)
 
 
 def _rank_session(plan: Plan, rank: int) -> bytes:

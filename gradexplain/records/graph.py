@@ -25,7 +25,7 @@ from typing import TypeVar
 
 from gradexplain.records.names import (
     ACCUMULATE,
-    HOOK_WRAPPER,
+    IDENTITY_NODES,
     canonical_name,
     distinct,
     op_name,
@@ -151,7 +151,7 @@ class GraphView:
         return self.rank.get(node_id, len(self.order)) < len(self.order)
 
     def is_identity(self, node_id: str) -> bool:
-        return self.nodes[node_id].name == HOOK_WRAPPER
+        return self.nodes[node_id].name in IDENTITY_NODES
 
     def name_of(self, node_id: str) -> str:
         return self.nodes[node_id].name

@@ -18,6 +18,16 @@ K = TypeVar("K", bound=Hashable)
 # backward runs the hooks), and the node that adds a leaf's gradient into its `.grad`.
 HOOK_WRAPPER = "BackwardHookFunctionBackward"
 ACCUMULATE = "torch::autograd::AccumulateGrad"
+# FSDP2 puts its own identity around the root's tensor inputs (its backward starts the
+# reduce-scatter and hands the gradients on unchanged): a distributed walk's graph has it, the
+# hook-free check run does not.
+FSDP_WRAPPER = "RegisterPostBackwardFunctionBackward"
+# DDP's identity around the model's outputs (find_unused_parameters, static_graph: its backward
+# only queues the reducer's work).
+DDP_WRAPPER = "_DDPSinkBackward"
+# The nodes that hand each gradient on unchanged, output k to edge k: looked through wherever
+# the real graph is read.
+IDENTITY_NODES = frozenset({HOOK_WRAPPER, FSDP_WRAPPER, DDP_WRAPPER})
 
 
 def op_title(node_name: str) -> str:
@@ -136,5 +146,5 @@ def latex_of(short: str) -> str:
     return f"{text}^{{({use})}}" if use else text
 
 
-__all__ = ["ACCUMULATE", "HOOK_WRAPPER", "Naming", "canonical_name", "distinct", "latex_of",
+__all__ = ["ACCUMULATE", "DDP_WRAPPER", "FSDP_WRAPPER", "HOOK_WRAPPER", "IDENTITY_NODES", "Naming", "canonical_name", "distinct", "latex_of",
            "op_name", "op_title"]

@@ -1,0 +1,152 @@
+"""`walk --ranks N` at the command line: bad options are one line and exit 2 before any rank
+starts; a rank that fails is named, with its reason, and no rank is left behind; a good run
+exits 0 with stdout that parses (JSON) and nothing of the ranks' own output on it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.helpers.cli import SPECS, Result, run_cli
+from tests.helpers.pycli import CLI, in_process
+
+DDP_SPEC = str(SPECS / "ddp_hooks.yaml")
+TWO_MODULES = str(SPECS / "two_modules.yaml")
+
+
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> CLI:
+    return in_process(capsys, monkeypatch)
+
+
+def one_error_line(result: Result) -> str:
+    assert result.code == 2, result
+    assert result.stdout == ""
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+@pytest.mark.parametrize("args", [
+    ("--ranks", "0"), ("--ranks", "9"), ("--ranks", "two"), ("--ranks", "2", "--wrap", "zero"),
+])
+def test_bad_values_are_usage_errors(cli: CLI, args: tuple[str, ...]) -> None:
+    result = cli("walk", DDP_SPEC, *args)
+    assert result.code == 2
+    assert result.stdout == ""
+    assert "Traceback" not in result.stderr
+
+
+def test_wrap_needs_ranks(cli: CLI) -> None:
+    line = one_error_line(cli("walk", DDP_SPEC, "--wrap", "fsdp"))
+    assert "--wrap" in line and "--ranks" in line
+
+
+@pytest.mark.parametrize("flag", [("--save", "out.json"), ("--order",), ("--module", "fc1"),
+                                  ("--hook", "tensor"), ("--pass", "legacy"), ("--all-blocks",)])
+def test_single_process_options_are_refused_by_name(cli: CLI, flag: tuple[str, ...],
+                                                    tmp_path: Path) -> None:
+    args = tuple(str(tmp_path / item) if item.endswith(".json") else item for item in flag)
+    line = one_error_line(cli("walk", DDP_SPEC, "--ranks", "2", *args))
+    assert flag[0] in line
+    assert not (tmp_path / "out.json").exists()
+
+
+def test_load_with_ranks_is_refused(cli: CLI, tmp_path: Path) -> None:
+    saved = tmp_path / "run.json"
+    assert cli("walk", TWO_MODULES, "--save", str(saved), "--format", "json").code == 0
+    line = one_error_line(cli("walk", "--load", str(saved), "--ranks", "2"))
+    assert "--ranks" in line
+
+
+def test_a_batch_that_ranks_cannot_share_is_said(cli: CLI, tmp_path: Path) -> None:
+    model = tmp_path / "model.py"
+    model.write_text("import torch\ndef make():\n    return torch.nn.Linear(3, 2)\n")
+    line = one_error_line(cli("walk", f"{model}:make", "--input", "3x3", "--ranks", "2"))
+    assert "3 rows" in line and "2" in line
+
+
+FAILING_RANK = """
+import os
+import torch
+import torch.distributed as dist
+
+
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(2, 1)
+
+    def forward(self, x):
+        if dist.is_initialized() and dist.get_rank() == 1:
+            raise ValueError("rank one refuses")
+        return self.linear(x)
+
+
+def make():
+    return Model()
+"""
+
+
+def test_a_failing_rank_is_named_and_nothing_hangs(tmp_path: Path) -> None:
+    """Rank 1 raises in its forward while rank 0 waits for it in a collective: the walk says
+    which rank failed and why, exits non-zero, and no rank outlives it (a separate process, as
+    a user runs it; `run_cli` would time out on a hang)."""
+    model = tmp_path / "failing.py"
+    model.write_text(FAILING_RANK)
+    result = run_cli("walk", f"{model}:make", "--input", "2x2", "--ranks", "2")
+    assert result.code in (1, 2), result
+    assert "Traceback" not in result.stderr
+    assert "rank 1" in result.stderr
+    assert "rank one refuses" in result.stderr
+    assert result.stdout == ""
+
+
+def test_json_parses_and_carries_every_rank(tmp_path: Path) -> None:
+    result = run_cli("walk", DDP_SPEC, "--ranks", "2", "--format", "json")
+    assert result.code == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert [rank["rank"] for rank in document["ranks"]] == [0, 1]
+    assert document["world_size"] == 2 and document["wrap"] == "ddp"
+
+
+def test_a_python_model_walks_on_two_ranks(cli: CLI, tmp_path: Path) -> None:
+    """A model of our own with a batch of 4 split 2 + 2: exit 0; each rank's tensor hook on
+    `0.weight` gets plain torch's gradient of that rank's half, and `.grad` after backward is
+    the mean of the halves' on both ranks."""
+    from gradexplain.capture.pymodel import parse_input, random_inputs
+
+    model = tmp_path / "mlp.py"
+    model.write_text(MLP)
+    result = cli("walk", f"{model}:make", "--input", "4x3", "--ranks", "2", "--format", "json")
+    assert result.code == 0, result.stderr
+    document = json.loads(result.stdout)
+    (batch,) = random_inputs([parse_input("4x3")])  # the inputs the walk drew
+    local = []
+    for half in batch.chunk(2):
+        torch.manual_seed(1)
+        plain = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU(), torch.nn.Linear(4, 1))
+        plain(half.clone().requires_grad_(True)).sum().backward()
+        first = plain[0]
+        assert isinstance(first, torch.nn.Linear) and first.weight.grad is not None
+        local.append(first.weight.grad)
+    mean = (local[0] + local[1]) / 2
+    for rank in document["ranks"]:
+        full = next(item for item in rank["passes"] if item["mode"] == "full")
+        seen = [event["args"][0]["value"] for event in full["events"]
+                if event["hook"] == "tensor" and event["target"] == "0.weight"]
+        assert len(seen) == 1
+        assert torch.allclose(torch.tensor(seen[0]), local[rank["rank"]], atol=1e-6)
+        assert torch.allclose(torch.tensor(full["grads"]["0.weight"]), mean, atol=1e-6)
+
+
+MLP = """import torch
+def make():
+    torch.manual_seed(1)
+    return torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU(), torch.nn.Linear(4, 1))
+"""

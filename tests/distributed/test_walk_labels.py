@@ -1,0 +1,367 @@
+"""`walk --ranks 2`'s labels against plain torch: every value the wrapping touches, on every
+rank, compared with single-process computations written here (each rank's own gradient, and
+their mean), under DDP (default, no_sync, find_unused_parameters) and FSDP2, for the facts
+file's model and for models of our own (an MLP whose batch is split across ranks, a model that
+uses a parameter on one rank only). And a wrong claim cannot pass.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator
+
+import pytest
+import torch
+from torch import nn
+
+from gradexplain.capture.pymodel import python_source
+from gradexplain.distributed import label
+from gradexplain.distributed.label import Setup
+from gradexplain.distributed.plan import spec_plan, split_batch
+from gradexplain.distributed.run import Plan, capture_distributed
+from gradexplain.language import load_spec_text
+from gradexplain.language.model import DDPOptions, WrapKind
+from gradexplain.records.check import Check
+from gradexplain.records.distributed import DistributedWalk, RankPass, RankWalk
+from gradexplain.records.trace import TensorValue
+from gradexplain.records.walk import PassWalk
+
+FACTS_SPEC = """
+name: facts
+seed: 0
+inputs:
+  x: {value: [[1.0, 2.0]]}
+layers:
+  fc1: {Linear: {in_features: 2, out_features: 3}, weight: [[0.1, 0.2], [0.3, -0.4], [-0.5, 0.6]],
+        bias: [0.01, 0.02, 0.03]}
+  act: Tanh
+  fc2: {Linear: {in_features: 3, out_features: 1}, weight: [[0.7, -0.8, 0.9]], bias: [0.05]}
+forward: ["h = fc1(x)", "a = act(h)", "out = fc2(a)", "loss = sum(out)"]
+backward: loss
+distributed:
+  ranks: 2
+  inputs:
+    - {x: [[1.0, 2.0]]}
+    - {x: [[-1.0, 0.5]]}
+"""
+FACTS_INPUTS = ([[1.0, 2.0]], [[-1.0, 0.5]])
+DEFAULTS = DDPOptions()
+# The spec's names and nn.Sequential's for the same parameters.
+NAMES = {"fc1.weight": "0.weight", "fc1.bias": "0.bias", "fc2.weight": "2.weight",
+         "fc2.bias": "2.bias"}
+
+
+def facts_model() -> nn.Sequential:
+    """The facts file's model, written out in plain torch."""
+    model = nn.Sequential(nn.Linear(2, 3), nn.Tanh(), nn.Linear(3, 1))
+    values = {"0.weight": [[0.1, 0.2], [0.3, -0.4], [-0.5, 0.6]], "0.bias": [0.01, 0.02, 0.03],
+              "2.weight": [[0.7, -0.8, 0.9]], "2.bias": [0.05]}
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            parameter.copy_(torch.tensor(values[name]))
+    return model
+
+
+def facts_local(rank: int) -> dict[str, torch.Tensor]:
+    """Rank `rank`'s own gradients: its input alone, one process, no hooks."""
+    model = facts_model()
+    model(torch.tensor(FACTS_INPUTS[rank])).sum().backward()
+    grads = {name: parameter.grad for name, parameter in model.named_parameters()}
+    found = {name: grads[torch_name] for name, torch_name in NAMES.items()}
+    return {name: grad.clone() for name, grad in found.items() if grad is not None}
+
+
+def verified(check: Check | None) -> bool:
+    return check is not None and check.verified
+
+
+def tensor(value: TensorValue | None) -> torch.Tensor:
+    assert value is not None and value.value is not None
+    return torch.tensor(value.value, dtype=torch.float64).reshape(value.shape)
+
+
+def close(value: TensorValue | None, expected: torch.Tensor) -> bool:
+    got = tensor(value)
+    return got.shape == expected.shape and torch.allclose(got, expected.double(), atol=1e-6,
+                                                          rtol=1e-5)
+
+
+def facts_walk(wrap: WrapKind, options: DDPOptions = DEFAULTS) -> DistributedWalk:
+    spec = load_spec_text(FACTS_SPEC, "facts.yaml")
+    if options != DDPOptions():
+        assert spec.distributed is not None
+        spec = dataclasses.replace(spec, distributed=dataclasses.replace(spec.distributed,
+                                                                         ddp=options))
+    return capture_distributed(spec_plan(spec, "facts.yaml", FACTS_SPEC, 2, wrap, None, 1))
+
+
+@pytest.fixture(scope="module")
+def ddp() -> DistributedWalk:
+    return facts_walk("ddp")
+
+
+@pytest.fixture(scope="module")
+def fsdp() -> DistributedWalk:
+    return facts_walk("fsdp")
+
+
+@pytest.fixture(scope="module")
+def no_sync() -> DistributedWalk:
+    return facts_walk("ddp", DDPOptions(no_sync=True))
+
+
+def walk_pass(rank: RankWalk, mode: str) -> PassWalk:
+    return next(item for item in rank.walk.passes if item.mode == mode)
+
+
+def rank_pass(rank: RankWalk, mode: str) -> RankPass:
+    found = rank.pass_named(mode)
+    assert found is not None
+    return found
+
+
+def hook_values(rank: RankWalk, mode: str, hook: str, target: str) -> list[TensorValue | None]:
+    return [event.args[0].value for event in walk_pass(rank, mode).events
+            if event.hook == hook and event.target == target]
+
+
+MODES = ("legacy", "full")
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_ddp_parameter_hooks_see_each_ranks_own_gradient(ddp: DistributedWalk,
+                                                         mode: str) -> None:
+    for rank in ddp.ranks:
+        local = facts_local(rank.rank)
+        for name, expected in local.items():
+            for hook in ("tensor", "post_accumulate_grad"):
+                values = hook_values(rank, mode, hook, name)
+                assert len(values) == 1, (rank.rank, name, hook)
+                assert close(values[0], expected), (rank.rank, name, hook)
+        scoped = rank_pass(rank, mode).scoped
+        assert scoped and all(item.whose.scope == "local" for item in scoped)
+        assert all("before" in item.whose.when for item in scoped)
+
+
+def test_ddp_facts_numbers(ddp: DistributedWalk) -> None:
+    """The issue's own numbers, as plain torch gives them."""
+    first, second = (hook_values(rank, "full", "tensor", "fc2.weight")[0] for rank in ddp.ranks)
+    assert close(first, torch.tensor([[0.469945, -0.446244, 0.623065]]))
+    assert close(second, torch.tensor([[0.01, -0.446244, 0.680476]]))
+    for rank in ddp.ranks:
+        grad = next(item for item in rank_pass(rank, "full").grads if item.name == "fc2.weight")
+        assert close(grad.value, torch.tensor([[0.239972, -0.446244, 0.651771]]))
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_ddp_grad_after_backward_is_the_mean(ddp: DistributedWalk, mode: str) -> None:
+    mean = {name: (facts_local(0)[name] + facts_local(1)[name]) / 2 for name in NAMES}
+    for rank in ddp.ranks:
+        grads = {item.name: item for item in rank_pass(rank, mode).grads}
+        for name, expected in mean.items():
+            assert close(grads[name].value, expected)
+            assert grads[name].whose.scope == "mean"
+            assert verified(grads[name].check)
+        # The rank walk's own final .grad check is the distributed one.
+        final = {item.name: item for item in walk_pass(rank, mode).grads}
+        assert all(final[name].check == grads[name].check for name in NAMES)
+    assert not ddp.failures()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_ddp_bucket_before_is_local_after_is_the_sum(ddp: DistributedWalk, mode: str) -> None:
+    total = {name: facts_local(0)[name] + facts_local(1)[name] for name in NAMES}
+    for rank in ddp.ranks:
+        local = facts_local(rank.rank)
+        buckets = rank_pass(rank, mode).buckets
+        assert len(buckets) == 1  # the default bucket size holds this model whole
+        slots = {slot.parameter: slot for slot in buckets[0].slots}
+        assert set(slots) == set(NAMES)
+        for name in NAMES:
+            assert close(slots[name].before, local[name])
+            assert close(slots[name].after, total[name])
+            assert verified(slots[name].before_check)
+            assert verified(slots[name].after_check)
+        # The bucket is handed over after the last parameter hook of the pass.
+        last_parameter_hook = max(event.seq for event in walk_pass(rank, mode).events
+                                  if event.hook in ("tensor", "post_accumulate_grad"))
+        after = buckets[0].after_seq
+        assert after is not None and after >= last_parameter_hook
+
+
+def test_ddp_module_hooks_are_checked_against_the_ranks_own_run(ddp: DistributedWalk) -> None:
+    """grad_output of fc1's full hook is the rank's own gradient of h (= fc1.bias's)."""
+    for rank in ddp.ranks:
+        events = [event for event in walk_pass(rank, "full").events
+                  if event.hook == "full_backward" and event.target == "fc1"]
+        assert len(events) == 1
+        grad_output = next(arg for arg in events[0].args if arg.name == "grad_output[0]")
+        assert close(grad_output.value, facts_local(rank.rank)["fc1.bias"].unsqueeze(0))
+        assert grad_output.check is not None and grad_output.check.verified
+
+
+def test_no_sync_leaves_each_ranks_own_grad(no_sync: DistributedWalk) -> None:
+    for rank in no_sync.ranks:
+        local = facts_local(rank.rank)
+        full = rank_pass(rank, "full")
+        assert full.buckets == ()
+        grads = {item.name: item for item in full.grads}
+        for name in NAMES:
+            assert close(grads[name].value, local[name])
+            assert grads[name].whose.scope == "local"
+            assert "no_sync" in grads[name].whose.when
+    assert not no_sync.failures()
+    assert any(item.key == "no_sync_local" for item in no_sync.pitfalls)
+
+
+def fsdp_rows(rows: int, rank: int) -> slice:
+    """torch.chunk's parts of dim 0, written out: ceil(rows / 2) each."""
+    size = -(-rows // 2)
+    return slice(min(rows, rank * size), min(rows, rank * size + size))
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_fsdp_post_accumulate_sees_the_averaged_shard(fsdp: DistributedWalk, mode: str) -> None:
+    mean = {name: (facts_local(0)[name] + facts_local(1)[name]) / 2 for name in NAMES}
+    for rank in fsdp.ranks:
+        scoped = {item.seq: item for item in rank_pass(rank, mode).scoped}
+        for name, expected in mean.items():
+            shard = expected[fsdp_rows(expected.shape[0], rank.rank)]
+            events = [event for event in walk_pass(rank, mode).events
+                      if event.hook == "post_accumulate_grad" and event.target == name]
+            assert len(events) == 1  # FSDP2 runs it itself, even for an empty shard
+            assert close(events[0].args[0].value, shard)
+            reading = scoped[events[0].seq]
+            assert reading.whose.scope == "mean"
+            assert reading.check is not None and reading.check.verified
+            grad = next(item for item in rank_pass(rank, mode).grads if item.name == name)
+            assert close(grad.value, shard)
+
+
+def test_fsdp_tensor_hooks_never_fire_and_the_walk_says_so(fsdp: DistributedWalk) -> None:
+    for rank in fsdp.ranks:
+        assert not [event for event in walk_pass(rank, "full").events
+                    if event.hook == "tensor" and event.target in NAMES]
+        silent = {item.target for item in rank_pass(rank, "full").silent
+                  if item.hook == "tensor"}
+        assert silent == set(NAMES)
+    assert any(item.key == "fsdp_tensor_hook_silent" for item in fsdp.pitfalls)
+    assert not fsdp.failures()
+
+
+# --- models of our own: a batch split across ranks, a parameter used on one rank only -------
+
+class MLP(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(3)
+        self.hidden = nn.Linear(3, 5)
+        self.out = nn.Linear(5, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        result: torch.Tensor = self.out(torch.relu(self.hidden(x)))
+        return result
+
+
+class OneRankOnly(nn.Module):
+    """Uses `extra` only where its input's first entry is positive (rank 1's, here)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(5)
+        self.main = nn.Linear(2, 1)
+        self.extra = nn.Linear(2, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.main(x)
+        if bool(x[0, 0] > 0):
+            out = out + self.extra(x)
+        return out
+
+
+def python_walk(model: nn.Module, batch: torch.Tensor, wrap: WrapKind,
+                options: DDPOptions = DEFAULTS) -> DistributedWalk:
+    sources = [python_source(model, inputs, "test:model")
+               for inputs in split_batch((batch,), 2)]
+    plan = Plan(tuple(item.spec for item in sources), "test:model", sources[0].description,
+                Setup(2, wrap, options), tuple(item.build for item in sources), 1000, 1)
+    return capture_distributed(plan)
+
+
+def plain_local(model: nn.Module, batch: torch.Tensor, rank: int) -> dict[str, torch.Tensor]:
+    """Rank `rank`'s half of the batch through a copy of the model, `loss = out.sum()`."""
+    import copy
+
+    mine = copy.deepcopy(model)
+    part = batch.chunk(2)[rank].clone().requires_grad_(True)
+    mine(part).sum().backward()
+    return {name: parameter.grad.clone() for name, parameter in mine.named_parameters()
+            if parameter.grad is not None}
+
+
+@pytest.fixture(scope="module")
+def mlp_batch() -> torch.Tensor:
+    return torch.randn(4, 3, generator=torch.Generator().manual_seed(11))
+
+
+@pytest.mark.parametrize("wrap", ["ddp", "fsdp"])
+def test_mlp_with_a_split_batch(mlp_batch: torch.Tensor, wrap: WrapKind) -> None:
+    model = MLP()
+    walk = python_walk(model, mlp_batch, wrap)
+    local = [plain_local(model, mlp_batch, rank) for rank in range(2)]
+    for rank in walk.ranks:
+        grads = {item.name: item for item in rank_pass(rank, "full").grads}
+        for name, mine in local[rank.rank].items():
+            mean = (local[0][name] + local[1][name]) / 2
+            expected = mean if wrap == "ddp" else mean[fsdp_rows(mean.shape[0], rank.rank)]
+            assert close(grads[name].value, expected), (rank.rank, name)
+            if wrap == "ddp":
+                assert close(hook_values(rank, "full", "tensor", name)[0], mine)
+    assert not walk.failures()
+
+
+def test_a_parameter_used_on_one_rank_only() -> None:
+    """find_unused_parameters: rank 0 never uses `extra`, none of its hooks fire there, and its
+    .grad on rank 0 is rank 1's gradient / 2."""
+    model = OneRankOnly()
+    batch = torch.tensor([[-1.0, 2.0], [3.0, 0.5]])  # rank 0's row negative, rank 1's positive
+    walk = python_walk(model, batch, "ddp", DDPOptions(find_unused_parameters=True))
+    rank1 = plain_local(model, batch, 1)
+    first = walk.ranks[0]
+    silent = {(item.hook, item.target) for item in rank_pass(first, "full").silent}
+    assert ("tensor", "extra.weight") in silent and ("post_accumulate_grad", "extra.bias") in silent
+    grads = {item.name: item for item in rank_pass(first, "full").grads}
+    assert close(grads["extra.weight"].value, rank1["extra.weight"] / 2)
+    assert grads["extra.weight"].check is not None and grads["extra.weight"].check.verified
+    assert any(item.key == "unused_parameter" for item in walk.pitfalls)
+    assert not walk.failures()
+
+
+# --- a wrong claim cannot pass ----------------------------------------------------------------
+
+@pytest.fixture
+def claims_flipped(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """DDP's reading with every all-reduced bucket ignored: each parameter's .grad then
+    claims to be the rank's own gradient, which it is not."""
+    original: Callable[..., RankPass] = label._Reading.ddp
+
+    def wrong(self: label._Reading) -> RankPass:
+        trace = self.trace
+        self.trace = dataclasses.replace(trace, buckets=())
+        try:
+            return original(self)
+        finally:
+            self.trace = trace
+
+    monkeypatch.setattr(label._Reading, "ddp", wrong)
+    yield
+
+
+def test_a_wrong_whose_fails_its_check(claims_flipped: None) -> None:
+    walk = facts_walk("ddp")
+    for rank in walk.ranks:
+        grads = {item.name: item for item in rank_pass(rank, "full").grads}
+        assert grads["fc2.weight"].whose.scope == "local"  # the wrong claim
+        assert grads["fc2.weight"].check is not None
+        assert not grads["fc2.weight"].check.verified
+    assert walk.failures()
