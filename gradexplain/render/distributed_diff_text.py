@@ -38,10 +38,11 @@ SINGLE = "one process"
 
 
 def distributed_diff_text(diff: DistributedDiff) -> RenderableType:
+    about = word_lines(f"one process against {diff.wrapper}, {diff.world_size} ranks: each "
+                       "rank's own walk beside its walk under the wrapping, hook by hook", WIDTH)
     return Group(
         Text.assemble((diff.name, "bold"), f"  {diff.spec}  (torch {diff.torch})"),
-        Text(f"one process against {diff.wrapper}, {diff.world_size} ranks: each rank's own "
-             "walk beside its walk under the wrapping, hook by hook", style="dim"),
+        *(Text(line, style="dim") for line in about),
         Text(""),
         *(RankLines(diff, rank) for rank in diff.ranks))
 
