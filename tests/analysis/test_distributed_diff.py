@@ -30,6 +30,7 @@ from tests.helpers.distributed_diff import (
     MLP_BATCH,
     ONE_RANK_BATCH,
     DiffRun,
+    facts_fixture,
     facts_plan,
     mlp_plan,
     one_rank_plan,
@@ -37,16 +38,8 @@ from tests.helpers.distributed_diff import (
 )
 
 MODES = ("legacy", "full")
-
-
-@pytest.fixture(scope="module")
-def ddp() -> DiffRun:
-    return run(facts_plan("ddp"))
-
-
-@pytest.fixture(scope="module")
-def fsdp() -> DiffRun:
-    return run(facts_plan("fsdp"))
+ddp = facts_fixture("ddp")
+fsdp = facts_fixture("fsdp")
 
 
 def facts_mean(name: str) -> torch.Tensor:

@@ -10,9 +10,11 @@ that uses a parameter on rank 1 only.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import cast
 
+import pytest
 import torch
 from torch import nn
 
@@ -62,6 +64,17 @@ def run(plan: Plan) -> DiffRun:
     return DiffRun(singles, walk, distributed_diff(singles, walk))
 
 
+def facts_fixture(wrap: WrapKind) -> Callable[[], DiffRun]:
+    """A module-scoped fixture named `wrap`: the facts model under DDP or FSDP2, run once per
+    test module that sets `ddp = facts_fixture("ddp")`."""
+
+    @pytest.fixture(scope="module", name=wrap)
+    def made() -> DiffRun:
+        return run(facts_plan(wrap))
+
+    return made
+
+
 def facts_plan(wrap: WrapKind, options: DDPOptions = DEFAULTS) -> Plan:
     """The facts model, rank `r` with input FACTS_INPUTS[r]: the spec without its
     `distributed:` section, each rank's spec given its own `x` here."""
@@ -92,5 +105,5 @@ def one_rank_plan() -> Plan:
                        DDPOptions(find_unused_parameters=True))
 
 
-__all__ = ["MLP_BATCH", "ONE_RANK_BATCH", "DiffRun", "facts_plan", "mlp_plan", "one_rank_plan",
-           "python_plan", "run"]
+__all__ = ["MLP_BATCH", "ONE_RANK_BATCH", "DiffRun", "facts_fixture", "facts_plan", "mlp_plan",
+           "one_rank_plan", "python_plan", "run"]

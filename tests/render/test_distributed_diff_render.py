@@ -22,20 +22,13 @@ from gradexplain.render.distributed_outputs import distributed_diff_output
 from gradexplain.render.report import anchor, report_markdown
 from gradexplain.render.select import select_diff
 from tests.distributed.test_walk_labels import NAMES, facts_local, fsdp_rows
-from tests.helpers.distributed_diff import DiffRun, facts_plan, run
+from tests.helpers.distributed_diff import DiffRun, facts_fixture, facts_plan
 from tests.helpers.mdcheck import assert_markdown_well_formed, section, tables
 from tests.helpers.printed import close_enough, printed_numbers
 from tests.helpers.schemacheck import assert_valid, parsed
 
-
-@pytest.fixture(scope="module")
-def ddp() -> DiffRun:
-    return run(facts_plan("ddp"))
-
-
-@pytest.fixture(scope="module")
-def fsdp() -> DiffRun:
-    return run(facts_plan("fsdp"))
+ddp = facts_fixture("ddp")
+fsdp = facts_fixture("fsdp")
 
 
 def mean(name: str) -> torch.Tensor:
