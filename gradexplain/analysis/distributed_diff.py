@@ -315,16 +315,15 @@ def _grad(name: str, single: FinalGrad | None, wrapped: DistributedGrad | None,
 
 
 def _verdict(passes: Sequence[PassChange], wrapper: str) -> str:
-    """One line per rank: what the wrapping changed, over both passes."""
-    kinds: dict[str, list[str]] = {}
+    """One line per rank: what the wrapping changed, over both passes, each kind of change
+    with the hooks it touched (`post_accumulate_grad on fc1.weight, fc2.weight`)."""
+    kinds: dict[str, dict[str, list[str]]] = {}
     for change in passes:
         for call in change.differing():
-            what = f"{call.hook} on {module_title(call.target)}"
-            if call.user:
-                what = f"{call.user} ({call.hook} on {module_title(call.target)})"
-            kinds.setdefault(call.kind, [])
-            if what not in kinds[call.kind]:
-                kinds[call.kind].append(what)
+            hook = f"{call.user} ({call.hook})" if call.user else call.hook
+            targets = kinds.setdefault(call.kind, {}).setdefault(hook, [])
+            if module_title(call.target) not in targets:
+                targets.append(module_title(call.target))
     grads = list(dict.fromkeys(grad.name for change in passes for grad in change.grads
                                if grad.changed))
     buckets = max((len(change.buckets) for change in passes), default=0)
@@ -335,9 +334,10 @@ def _verdict(passes: Sequence[PassChange], wrapper: str) -> str:
             return f"wrapping changed only .grad after backward ({_named(grads)}){added}"
         return f"wrapping changed nothing any hook or .grad saw{added}"
     words = {"changed": "what {} saw", "silenced": "silenced {}",
-             "relabelled": "the labels of {} (the same values)",
-             "added": "added {}"}
-    parts = [words[kind].format(_named(kinds[kind])) for kind in words if kind in kinds]
+             "relabelled": "relabelled {} (the same values)", "added": "added {}"}
+    parts = [words[kind].format(", ".join(f"{hook} on {_named(targets)}"
+                                          for hook, targets in kinds[kind].items()))
+             for kind in words if kind in kinds]
     if grads:
         parts.append(f".grad after backward ({_named(grads)})")
     return "wrapping changed " + "; ".join(parts) + added
