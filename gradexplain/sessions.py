@@ -16,6 +16,7 @@ from gradexplain.threads import DEFAULT_THREADS
 
 if TYPE_CHECKING:
     from gradexplain.capture.pipeline import Progress
+    from gradexplain.distributed.run import Plan
     from gradexplain.language.model import ModelSpec, WrapKind
     from gradexplain.records.distributed import DistributedWalk
     from gradexplain.records.session import Session
@@ -65,24 +66,28 @@ class Source:
                                 max_values=self.options.max_values, progress=progress,
                                 threads=threads)
 
-    def capture_distributed(self) -> DistributedWalk:
-        """Run it on `options.ranks` ranks, wrapped (torch): every rank's walk, read as a
-        distributed one."""
+    def distributed_plan(self) -> Plan:
+        """What `options.ranks` ranks run (torch; a Python model's code runs here): each
+        rank's own spec and the wrapping."""
         from gradexplain.distributed.plan import python_plan, spec_plan
-        from gradexplain.distributed.run import capture_distributed
 
         options = self.options
         assert options.ranks is not None
         threads = DEFAULT_THREADS if options.threads is None else options.threads
         wrap = None if options.wrap is None else _wrap_kind(options.wrap)
         if self.spec is None:
-            plan = python_plan(self.target, options.inputs, options.inputs_file,
+            return python_plan(self.target, options.inputs, options.inputs_file,
                                options.loss or "sum", options.output, options.ranks, wrap,
                                options.max_values, threads)
-        else:
-            plan = spec_plan(self.spec, self.target, self.text, options.ranks, wrap,
-                             options.max_values, threads)
-        return capture_distributed(plan)
+        return spec_plan(self.spec, self.target, self.text, options.ranks, wrap,
+                         options.max_values, threads)
+
+    def capture_distributed(self) -> DistributedWalk:
+        """Run it on `options.ranks` ranks, wrapped: every rank's walk, read as a distributed
+        one."""
+        from gradexplain.distributed.run import capture_distributed
+
+        return capture_distributed(self.distributed_plan())
 
 
 def _wrap_kind(text: str) -> WrapKind:

@@ -59,7 +59,12 @@ from gradexplain.language.shapes import (
     ValueType,
     show,
 )
-from gradexplain.language.work import MultiplyAdds, bound_intermediate, check_work
+from gradexplain.language.work import (
+    MultiplyAdds,
+    bound_intermediate,
+    bound_rank_values,
+    check_work,
+)
 
 
 def check_spec(spec: ModelSpec) -> ModelSpec:
@@ -75,7 +80,7 @@ class _Checker:
     def __init__(self, spec: ModelSpec) -> None:
         self.spec = spec
         self.tensors: dict[str, TensorInfo] = {}
-        self.total_elements = 0
+        self.total_elements = bound_rank_values(spec)
         self.multiply_adds = MultiplyAdds()
         self.module_paths: set[str] = set()
         self.checked_calls: dict[tuple[str, tuple[ValueType, ...]], ValueType] = {}

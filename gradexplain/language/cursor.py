@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import NoReturn, TypeVar
 
 from gradexplain.errors import (
     Location,
@@ -54,6 +54,9 @@ def _e_notation(text: str) -> str:
     written = f"{sign}{mantissa}e{exponent_sign or '+'}{exponent}"
     return (f" (YAML reads e-notation as a number only with a dot and a signed exponent: "
             f"write {written})")
+
+
+Choice = TypeVar("Choice", bound=str)
 
 
 class Cursor:
@@ -123,6 +126,16 @@ class Cursor:
         if not isinstance(self.value, str):
             self.expected(what)
         return self.value
+
+    def choice(self, what: str, kind: str, choices: Sequence[Choice], note: str = "") -> Choice:
+        """Text that must be one of `choices` (`what` it is expected to be otherwise); an
+        unknown one is named as an unknown `kind`, with the nearest choice and all of them."""
+        text = self.text(what)
+        for choice in choices:
+            if text == choice:
+                return choice
+        self.fail(f"unknown {kind} {quoted(text)}{did_you_mean(text, choices)} "
+                  f"(one of {', '.join(choices)}{note})")
 
     def boolean(self) -> bool:
         if not isinstance(self.value, bool):

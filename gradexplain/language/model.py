@@ -7,7 +7,7 @@ failing forward step) can point at the line:column and key path in the user's fi
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, get_args
 
 from gradexplain.errors import Location
 from gradexplain.language.expr import Assignment
@@ -17,6 +17,7 @@ Shape = tuple[int, ...]
 Literal_ = float | int | list["Literal_"]
 DType = Literal["float32", "float64", "int64"]
 InitKind = Literal["value", "randn", "rand", "zeros", "ones"]
+INIT_KINDS: tuple[InitKind, ...] = get_args(InitKind)
 
 
 @dataclass(frozen=True)
@@ -226,9 +227,12 @@ class DDPOptions:
 @dataclass(frozen=True)
 class RankInputs:
     """One rank's own values for some of the spec's inputs, by input name; the inputs it does
-    not name are made as the spec makes them. Each has its input's shape and dtype."""
+    not name are made as the spec makes them. Each has its input's shape and dtype, and is
+    written (a literal, zeros or ones: language/distributed.py says why never drawn). `where`
+    is the rank's mapping in the spec file."""
 
     values: tuple[tuple[str, TensorInit], ...]
+    where: Location | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -237,7 +241,9 @@ class DistributedSpec:
 
     `inputs` gives each rank its own values (rank by rank; empty: every rank has the spec's);
     `split` names inputs whose batch (dim 0) is cut into equal parts, one per rank. `ranks` is
-    the number of ranks the spec is written for (None: whatever --ranks says, 2 by default)."""
+    the number of ranks the spec is written for (None: one per `inputs` item when given, else
+    whatever --ranks says, 2 by default); `where` is the section's place, where the runner's
+    errors about it point (ranks.py)."""
 
     ranks: int | None
     wrap: WrapKind
@@ -245,6 +251,11 @@ class DistributedSpec:
     split: tuple[str, ...]
     ddp: DDPOptions
     where: Location = field(compare=False)
+
+    def written_ranks(self) -> int | None:
+        """The number of ranks the section itself fixes: `ranks`, or one per `inputs` item
+        (None: the section fits any number, and --ranks says)."""
+        return self.ranks if self.ranks is not None else (len(self.inputs) or None)
 
 
 @dataclass(frozen=True)

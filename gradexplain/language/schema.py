@@ -11,8 +11,10 @@ import math
 from gradexplain.errors import Location, SpecLimitError, SpecSchemaError, quoted
 from gradexplain.language.catalogue import LAYERS, Param, did_you_mean
 from gradexplain.language.cursor import Cursor, describe
+from gradexplain.language.distributed import read_distributed
 from gradexplain.language.expr import check_identifier, parse_step
 from gradexplain.language.model import (
+    INIT_KINDS,
     BackwardSpec,
     Capture,
     DType,
@@ -43,9 +45,8 @@ MAX_TIMES = 100
 MAX_SIZE = 1_000_000  # one dimension, or one layer size argument
 
 TOP_KEYS = ("name", "about", "seed", "dtype", "inputs", "params", "layers", "modules", "forward",
-            "backward", "grad", "interventions", "captures")
+            "backward", "grad", "interventions", "captures", "distributed")
 MODULE_KEYS = ("params", "layers", "modules", "forward")
-INIT_KEYS = ("value", "randn", "rand", "zeros", "ones")
 DTYPES: tuple[DType, ...] = ("float32", "float64", "int64")
 HOOKS = ("backward", "full_backward", "full_backward_pre", "tensor")
 ACTIONS = ("normalize", "scale", "zero", "clip", "wrong_length", "wrong_shape")
@@ -81,6 +82,8 @@ def read_spec(doc: Document) -> ModelSpec:
         for key, cursor in (top["captures"].entries("a mapping of capture names to module paths")
                             if "captures" in top else [])
     )
+    distributed = (read_distributed(top["distributed"], inputs, reader)
+                   if "distributed" in top else None)
     if not backwards and not grads:
         Cursor(doc, (), doc.data).fail(
             "nothing to differentiate: give `backward: <tensor>` or a `grad:` list"
@@ -89,7 +92,7 @@ def read_spec(doc: Document) -> ModelSpec:
         raise SpecLimitError(f"{len(backwards) + len(grads)} backward and grad calls; at most "
                              f"{MAX_RUNS} are allowed", doc.where(()))
     return ModelSpec(name, about, doc.file, seed, reader.dtype, inputs, root, backwards, grads,
-                     interventions, captures)
+                     interventions, captures, distributed=distributed)
 
 
 def _stem(file: str) -> str:
@@ -111,12 +114,7 @@ class _Reader:
         self.steps = 0
 
     def dtype_of(self, cursor: Cursor) -> DType:
-        text = cursor.text("a dtype name")
-        for dtype in DTYPES:
-            if text == dtype:
-                return dtype
-        cursor.fail(f"unknown dtype {quoted(text)}{did_you_mean(text, DTYPES)} "
-                    f"(one of {', '.join(DTYPES)})")
+        return cursor.choice("a dtype name", "dtype", DTYPES)
 
     # --- tensors ---------------------------------------------------------------------------
 
@@ -124,7 +122,7 @@ class _Reader:
         _check_name(cursor, name, "input")
         if not isinstance(cursor.value, dict):
             return InputSpec(name, self.literal(cursor, self.dtype), False, cursor.where_key())
-        fields = cursor.mapping((*INIT_KEYS, "requires_grad", "dtype"),
+        fields = cursor.mapping((*INIT_KINDS, "requires_grad", "dtype"),
                                 what="a mapping like {value: 5.0, requires_grad: true}")
         dtype = self.dtype_of(fields["dtype"]) if "dtype" in fields else self.dtype
         init = self.init(cursor, fields, dtype)
@@ -140,11 +138,11 @@ class _Reader:
         _check_name(cursor, name, "parameter")
         if not isinstance(cursor.value, dict):
             return ParamSpec(name, self.literal(cursor, self.dtype), cursor.where_key())
-        fields = cursor.mapping(INIT_KEYS, what="a literal, or a mapping like {randn: [2, 3]}")
+        fields = cursor.mapping(INIT_KINDS, what="a literal, or a mapping like {randn: [2, 3]}")
         return ParamSpec(name, self.init(cursor, fields, self.dtype), cursor.where_key())
 
     def init(self, cursor: Cursor, fields: dict[str, Cursor], dtype: DType) -> TensorInit:
-        kinds = [key for key in INIT_KEYS if key in fields]
+        kinds = [key for key in INIT_KINDS if key in fields]
         if len(kinds) != 1:
             cursor.fail(
                 "give exactly one of value, randn, rand, zeros, ones "
@@ -156,7 +154,7 @@ class _Reader:
         shape = self.shape(fields[kind])
         if dtype == "int64" and kind in ("randn", "rand"):
             fields[kind].fail(f"{kind} draws real numbers; whole-number tensors take a `value`")
-        return TensorInit(kind, shape, dtype, None, fields[kind].where())  # type: ignore[arg-type]
+        return TensorInit(kind, shape, dtype, None, fields[kind].where())
 
     def shape(self, cursor: Cursor) -> Shape:
         if isinstance(cursor.value, int) and not isinstance(cursor.value, bool):
@@ -355,14 +353,8 @@ class _Reader:
                                 required=("hook", "on", "action"),
                                 what="a mapping like {hook: full_backward, on: model, "
                                      "action: normalize}")
-        hook = fields["hook"].text("a hook kind")
-        if hook not in HOOKS:
-            fields["hook"].fail(f"unknown hook {quoted(hook)}{did_you_mean(hook, HOOKS)} "
-                                f"(one of {', '.join(HOOKS)})")
-        action = fields["action"].text("an action")
-        if action not in ACTIONS:
-            fields["action"].fail(f"unknown action {quoted(action)}{did_you_mean(action, ACTIONS)} "
-                                  f"(one of {', '.join(ACTIONS)})")
+        hook = fields["hook"].choice("a hook kind", "hook", HOOKS)
+        action = fields["action"].choice("an action", "action", ACTIONS)
         factor = fields["factor"].number() if "factor" in fields else None
         low = fields["min"].number() if "min" in fields else None
         high = fields["max"].number() if "max" in fields else None

@@ -171,15 +171,22 @@ MAX_LISTED = 12
 MAX_LISTED_CHARS = 120
 
 
-def _defined_in(module: ModuleSpec, scope: dict[str, Entry]) -> str:
+def listed(names: list[str], empty: str) -> str:
+    """Names as a message lists them: `a, b and 290 more` within the bounds above, `empty`
+    when there are none."""
     shown: list[str] = []
-    for name in scope:
+    for name in names:
         if len(shown) == MAX_LISTED or sum(map(len, shown)) + len(name) > MAX_LISTED_CHARS:
             break
         shown.append(name)
-    names = ", ".join(shown) if scope else "nothing yet"
-    if len(scope) > len(shown):
-        more = f"{len(scope) - len(shown)} more"
-        names = f"{names} and {more}" if shown else more
+    text = ", ".join(shown) if names else empty
+    if len(names) > len(shown):
+        more = f"{len(names) - len(shown)} more"
+        text = f"{text} and {more}" if shown else more
+    return text
+
+
+def _defined_in(module: ModuleSpec, scope: dict[str, Entry]) -> str:
+    names = listed(list(scope), "nothing yet")
     return f" (defined in {module_label(module)} at this point: {names})"
 

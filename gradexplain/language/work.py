@@ -79,6 +79,23 @@ def check_work(spec: ModelSpec, multiply_adds: int) -> int:
     return steps_run
 
 
+def bound_rank_values(spec: ModelSpec) -> int:
+    """The elements of the ranks' own input values (`distributed: inputs:`), which are held
+    beside the declared inputs as an input is: refused past the bound on all the spec's tensors
+    together, and returned for the checker's total of them to start from."""
+    total = 0
+    for rank, values in enumerate(spec.distributed.inputs if spec.distributed else ()):
+        for name, init in values.values:
+            total += numel(init.shape)
+            if total > MAX_TOTAL_ELEMENTS:
+                raise SpecLimitError(
+                    f"with rank {rank}'s value of {name!r} ({show(init.shape)}), the ranks' "
+                    f"own values hold {total:,} elements; the limit on all the spec's tensors "
+                    f"together is {MAX_TOTAL_ELEMENTS:,} (hooks are explained on tiny models: "
+                    "make the tensors smaller)", init.where)
+    return total
+
+
 class MultiplyAdds:
     """The multiply-adds of the forward as the checker meets them, a module's counted once (at
     its first call, with those argument shapes) and added again at each further call, so the

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from gradexplain.language.model import ModelSpec
+from gradexplain.language.distributed import DDP_FLAGS
+from gradexplain.language.model import DistributedSpec, ModelSpec
 
 
 def _plural(count: int, word: str) -> str:
@@ -30,4 +31,18 @@ def validate_line(spec: ModelSpec) -> str:
     expected = sum(1 for item in expectations if item is not None)
     if expected:
         goals.append(f"{expected} expected to fail")
-    return f"{spec.file}: ok, {spec.name}: {', '.join(parts)}; {', '.join(goals)}"
+    line = f"{spec.file}: ok, {spec.name}: {', '.join(parts)}; {', '.join(goals)}"
+    return line if spec.distributed is None else f"{line}; {_distributed(spec.distributed)}"
+
+
+def _distributed(section: DistributedSpec) -> str:
+    """`2 ranks, ddp, split x, no_sync`: how --ranks runs the spec, and DDP's options that are
+    not torch's defaults (every flag's default is false)."""
+    count = section.written_ranks()
+    parts = [_plural(count, "rank") if count is not None else "ranks from --ranks", section.wrap]
+    if section.split:
+        parts.append(f"split {' '.join(section.split)}")
+    parts += [flag for flag in DDP_FLAGS if getattr(section.ddp, flag)]
+    if section.ddp.bucket_cap_mb is not None:
+        parts.append(f"bucket_cap_mb {section.ddp.bucket_cap_mb:g}")
+    return ", ".join(parts)

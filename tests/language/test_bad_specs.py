@@ -10,31 +10,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.helpers.badspecs import Case, assert_one_clear_line
 from tests.helpers.cli import run_cli
 
 GOOD_HEAD = "inputs:\n  x: {value: 1.0, requires_grad: true}\n"
 YAML_SYNTAX = 'forward: ["y = x * 2"\nbackward: y\n'
-
-
-@dataclass(frozen=True)
-class Case:
-    id: str
-    text: str
-    # Where the error must point: "LINE:ANCHOR" means the column where ANCHOR first starts on
-    # that line of `text` (found with str.index, independently of the tool); "LINE:COL" with a
-    # number is taken as written; "" means the error is about the whole file.
-    where: str
-    key_path: str  # "" where the error has no key path
-    says: tuple[str, ...]  # fragments the message must contain
-
-    def line_col(self) -> str:
-        if not self.where:
-            return ""
-        line, anchor = self.where.split(":", 1)
-        if anchor.isdigit():
-            return self.where
-        column = self.text.splitlines()[int(line) - 1].index(anchor) + 1
-        return f"{line}:{column}"
 
 
 CASES = [
@@ -157,21 +137,7 @@ CASES = [
 
 @pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
 def test_bad_spec_is_one_clear_line(case: Case, write_spec: Callable[[str], Path]) -> None:
-    path = write_spec(case.text)
-    result = run_cli("validate", str(path))
-    assert result.code == 2, result
-    assert "Traceback" not in result.stderr + result.stdout
-    assert result.stdout == ""
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, lines
-    message = lines[0]
-    assert message.startswith(f"error: {path}")
-    if case.where:
-        assert message.startswith(f"error: {path}:{case.line_col()}: "), message
-    if case.key_path:
-        assert f" at {case.key_path}: " in message, message
-    for fragment in case.says:
-        assert fragment in message, (fragment, message)
+    assert_one_clear_line(case, write_spec(case.text))
 
 
 def test_a_yaml_error_passes_on_what_the_parser_says(write_spec: Callable[[str], Path]) -> None:
