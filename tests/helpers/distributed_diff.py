@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import cast
 
 import pytest
 import torch
@@ -21,17 +20,16 @@ from torch import nn
 from gradexplain.analysis.distributed_diff import distributed_diff
 from gradexplain.capture.pymodel import python_source
 from gradexplain.distributed.label import Setup
-from gradexplain.distributed.plan import split_batch
+from gradexplain.distributed.plan import spec_plan, split_batch
 from gradexplain.distributed.run import Plan, capture_distributed
 from gradexplain.distributed.single import single_walks
 from gradexplain.language import load_spec_text
-from gradexplain.language.model import DDPOptions, Literal_, WrapKind
+from gradexplain.language.model import DDPOptions, WrapKind
 from gradexplain.records.distributed import DistributedWalk
 from gradexplain.records.distributed_diff import DistributedDiff, PassChange, RankChange
 from gradexplain.records.walk import Walk
 from tests.distributed.test_walk_labels import (
     DEFAULTS,
-    FACTS_INPUTS,
     FACTS_SPEC,
     MLP,
     OneRankOnly,
@@ -76,15 +74,13 @@ def facts_fixture(wrap: WrapKind) -> Callable[[], DiffRun]:
 
 
 def facts_plan(wrap: WrapKind, options: DDPOptions = DEFAULTS) -> Plan:
-    """The facts model, rank `r` with input FACTS_INPUTS[r]: the spec without its
-    `distributed:` section, each rank's spec given its own `x` here."""
-    text = FACTS_SPEC.split("distributed:")[0]
-    spec = load_spec_text(text, "facts.yaml")
-    ranks = tuple(dataclasses.replace(spec, inputs=tuple(
-        dataclasses.replace(item, init=dataclasses.replace(item.init,
-                                                          value=cast(Literal_, value)))
-        for item in spec.inputs)) for value in FACTS_INPUTS)
-    return Plan(ranks, "facts.yaml", text, Setup(2, wrap, options), threads=1)
+    """The facts model on 2 ranks, each with its own input (the spec's `distributed:`)."""
+    spec = load_spec_text(FACTS_SPEC, "facts.yaml")
+    if options != DEFAULTS:
+        assert spec.distributed is not None
+        spec = dataclasses.replace(spec, distributed=dataclasses.replace(spec.distributed,
+                                                                         ddp=options))
+    return spec_plan(spec, "facts.yaml", FACTS_SPEC, 2, wrap, None, 1)
 
 
 def python_plan(model: nn.Module, batch: torch.Tensor, wrap: WrapKind,
