@@ -299,7 +299,7 @@ def _grad(name: str, single: FinalGrad | None, wrapped: DistributedGrad | None,
     whose = wrapped.whose
     changed = whose.scope != "local"
     if changed:
-        reason = f"{whose.text}, {whose.when}"
+        reason = whose.when  # whose.text is the wrapped side's own label
         if equal:
             reason += " (the same numbers here, though not the same quantity)"
     elif equal:

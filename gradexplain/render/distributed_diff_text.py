@@ -32,8 +32,6 @@ from gradexplain.render.fit import word_lines
 from gradexplain.render.marks import check_mark
 
 WIDTH = 100  # the most columns a line takes, however wide the terminal
-KINDS = {"changed": "changed", "relabelled": "relabelled", "silenced": "silenced",
-         "added": "added"}
 SINGLE = "one process"
 
 
@@ -112,7 +110,7 @@ class _Lines:
         seqs = ", ".join(f"{side} #{seq}" for side, seq in (
             (SINGLE, call.single_seq), (f"under {self.wrapper}", call.wrapped_seq))
             if seq is not None)
-        self.add(4, f"{KINDS[call.kind]:<11}{call.hook} {module_title(call.target)}{user}  "
+        self.add(4, f"{call.kind:<11}{call.hook} {module_title(call.target)}{user}  "
                  f"{seqs}", "yellow")
         for arg in call.args:
             if call.kind == "relabelled":
@@ -157,7 +155,7 @@ class _Lines:
 
     def bucket(self, change: BucketChange) -> None:
         bucket = change.bucket
-        self.add(4, f"{KINDS['added']:<11}communication hook, bucket {bucket.index}", "yellow")
+        self.add(4, f"{'added':<11}communication hook, bucket {bucket.index}", "yellow")
         for slot in bucket.slots:
             text = (f"{slot.parameter}: handed over {fmt_value(slot.before)} "
                     f"{check_mark(slot.before_check).plain}, summed {fmt_value(slot.after)} "
@@ -171,7 +169,8 @@ class _Lines:
             self.side(SINGLE, None, grad.single.value)
         if grad.wrapped is not None:
             check = check_mark(grad.wrapped.check, grad.wrapped.not_checked).plain
-            self.side(self.wrapper, None, grad.wrapped.value, check)
+            label = grad.wrapped.whose.text if grad.changed else None
+            self.side(self.wrapper, label, grad.wrapped.value, check)
         if grad.reason:
             self.prose(8, f"why: {grad.reason}")
 

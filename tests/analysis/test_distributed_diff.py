@@ -89,7 +89,7 @@ def test_ddp_grad_after_backward_is_the_mean(ddp: DiffRun, mode: str) -> None:
             assert grad.single is not None and grad.wrapped is not None
             assert close(grad.single.value, facts_local(rank)[name])
             assert close(grad.wrapped.value, facts_mean(name))
-            assert grad.wrapped.whose.text in grad.reason
+            assert grad.wrapped.whose.when in grad.reason
         # fc2.bias's gradient is 1 on both ranks: the mean is 1 too, still not the same quantity
         assert grads["fc2.bias"].equal and grads["fc2.bias"].changed
         assert not grads["fc1.weight"].equal
