@@ -4,11 +4,15 @@ and a verdict per rank. No torch here.
 
 Calls are paired structurally: the n-th call of a hook kind on a target (by gradexplain's own
 hook or the user's function) in one process is the n-th such call under the wrapping, wherever
-it fires. What changed is decided from the distributed walk's records, never from the numbers
-alone: whose derivative a wrapped value is (`ScopedArg`, `DistributedGrad`: this rank's own,
-or the mean over ranks), which hooks fell silent and why (`Silent`), and the labels of both
-walks. The numbers are compared too, to say where a changed quantity happens to hold the
-same values, and to report a difference no record explains rather than hide it.
+it fires. A node hook's target is its node's name: the walk numbers nodes in graph order
+(`n16`), and a node the wrapping adds (FSDP2's RegisterPostBackwardFunctionBackward) shifts
+the numbers of every node after it.
+
+What changed is decided from the distributed walk's records, never from the numbers alone:
+whose derivative a wrapped value is (`ScopedArg`, `DistributedGrad`: this rank's own, or the
+mean over ranks), which hooks fell silent and why (`Silent`), and the labels of both walks.
+The numbers are compared too, to say where a changed quantity happens to hold the same values,
+and to report a difference no record explains rather than hide it.
 What it finds is records (records/distributed_diff.py), for render/ to show.
 """
 
@@ -16,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 from gradexplain.records.distributed import (
     DistributedGrad,
@@ -34,6 +38,7 @@ from gradexplain.records.distributed_diff import (
     GradChange,
     PassChange,
     RankChange,
+    node_title,
 )
 from gradexplain.records.paths import module_title
 from gradexplain.records.trace import HookKind, Nested, TensorValue
@@ -47,7 +52,7 @@ RELATIVE = 1e-4
 # A verdict names this many hook calls of a kind, then counts the rest.
 NAMED = 4
 
-Key = tuple[HookKind, str, str | None, int]  # hook, target, the user's function, occurrence
+NODE_HOOKS = ("node_pre", "node")
 
 
 def distributed_diff(singles: Sequence[Walk], walk: DistributedWalk) -> DistributedDiff:
@@ -135,29 +140,31 @@ class _Pass:
     def calls(self) -> list[CallChange]:
         """Every call in the wrapped run's firing order; one that fired in one process only
         comes right after the call it followed there."""
-        singles = list(_numbered(self.single.events))
-        paired = {key: event for key, event in singles}
+        singles, wrapped = self.single.events, self.wrapped.events
+        pairs = _pairs(singles, wrapped)
         placed: list[tuple[tuple[int, int, int], CallChange]] = []
-        found: set[Key] = set()
-        for position, (key, event) in enumerate(_numbered(self.wrapped.events)):
-            single = paired.get(key)
-            found.add(key)
-            placed.append(((position, 0, 0), self.pair(key, single, event)))
-        order = {key: position for position, (key, _) in enumerate(_numbered(
-            self.wrapped.events))}
+        position_of: dict[int, int] = {}
+        for position, (event, occurrence) in enumerate(zip(wrapped, _occurrences(wrapped),
+                                                           strict=True)):
+            single = pairs.get(position)
+            if single is not None:
+                position_of[single] = position
+            placed.append(((position, 0, 0), self.pair(
+                occurrence, None if single is None else singles[single], event)))
         after = -1
-        for index, (key, event) in enumerate(singles):
-            if key in found:
-                after = order[key]
+        for index, (event, occurrence) in enumerate(zip(singles, _occurrences(singles),
+                                                        strict=True)):
+            if index in position_of:
+                after = position_of[index]
                 continue
-            placed.append(((after, 1, index), self.pair(key, event, None)))
+            placed.append(((after, 1, index), self.pair(occurrence, event, None)))
         return [change for _, change in sorted(placed, key=lambda item: item[0])]
 
-    def pair(self, key: Key, single: LabelledEvent | None,
+    def pair(self, occurrence: int, single: LabelledEvent | None,
              wrapped: LabelledEvent | None) -> CallChange:
-        hook, target, user, occurrence = key
         event = wrapped or single
         assert event is not None
+        hook, target, user = event.hook, event.target, event.user
         args = tuple(self.args(single, wrapped))
         kind: ChangeKind
         if wrapped is None:
@@ -168,7 +175,7 @@ class _Pass:
             kind, reason = _paired_kind(args, self.wrapper)
         return CallChange(hook, target, user, occurrence, event.run,
                           single.seq if single else None, wrapped.seq if wrapped else None,
-                          kind, args, reason)
+                          kind, args, reason, event.node if hook in NODE_HOOKS else None)
 
     def args(self, single: LabelledEvent | None,
              wrapped: LabelledEvent | None) -> Iterator[ArgChange]:
@@ -191,6 +198,9 @@ class _Pass:
         return f"it fired in one process and not under {self.wrapper}"
 
     def added(self, event: LabelledEvent) -> str:
+        if event.hook in NODE_HOOKS:
+            return (f"{_node_name(event.node)} is a node only the wrapped run's graph has: "
+                    f"{self.wrapper} put it there")
         user = self.user_hooks.get((event.hook, event.user or ""))
         if user is not None:
             return (f"{user.function}: a {user.hook} hook {self.wrapper} registered on "
@@ -230,14 +240,69 @@ class _Pass:
                         self.wrapper)
 
 
-def _numbered(events: Iterable[LabelledEvent]) -> Iterator[tuple[Key, LabelledEvent]]:
-    """Each event with its key: hook, target, user function, and its occurrence among the
-    pass's calls of that hook on that target (1 for the first)."""
-    seen: Counter[tuple[HookKind, str, str | None]] = Counter()
-    for event in events:
-        head = (event.hook, event.target, event.user)
+def _pairs(singles: Sequence[LabelledEvent],
+           wrapped: Sequence[LabelledEvent]) -> dict[int, int]:
+    """Which call of one process (by position) each wrapped call (by position) is.
+
+    A call is the n-th call of its hook kind on its target by its function (`_head`). A node
+    hook is first matched by the tensor its first argument is the gradient of, as well: the
+    wrapping may change the order in which the engine runs nodes of the same name (FSDP2 runs
+    an input's AccumulateGrad after its own node, one process before a parameter's), and the
+    tensor says which is which where both runs name it alike. The node hooks left over (a
+    parameter FSDP2 gathered into a leaf of its own, named otherwise) are then matched in
+    order."""
+    found: dict[int, int] = {}
+    for anchored in (True, False):
+        # the second round is for node hooks alone: every other call was matched by its head
+        skip_singles = set(found.values()) | ({index for index, event in enumerate(singles)
+                                               if event.hook not in NODE_HOOKS}
+                                              if not anchored else set())
+        skip_wrapped = set(found) | ({index for index, event in enumerate(wrapped)
+                                      if event.hook not in NODE_HOOKS}
+                                     if not anchored else set())
+        left = {key: index for index, key in _numbered(singles, anchored, skip_singles)}
+        for index, key in _numbered(wrapped, anchored, skip_wrapped):
+            if key in left:
+                found[index] = left[key]
+    return found
+
+
+Head = tuple[HookKind, str, str | None, str | None]
+
+
+def _numbered(events: Sequence[LabelledEvent], anchored: bool,
+              skip: set[int]) -> Iterator[tuple[int, tuple[Head, int]]]:
+    """Each event not in `skip` (by position) with its key: its head and its occurrence
+    among the others with that head (1 for the first)."""
+    seen: Counter[Head] = Counter()
+    for index, event in enumerate(events):
+        if index in skip:
+            continue
+        head = _head(event, anchored)
         seen[head] += 1
-        yield (*head, seen[head]), event
+        yield index, (head, seen[head])
+
+
+def _head(event: LabelledEvent, anchored: bool) -> Head:
+    """Hook kind, target (a node hook's: its node's name), the user's function, and with
+    `anchored` a node hook's tensor (what its first argument is the gradient of)."""
+    if event.hook not in NODE_HOOKS:
+        return event.hook, event.target, event.user, None
+    anchor = None
+    if anchored:
+        meaning = next((arg.meaning for arg in event.args if arg.meaning is not None), None)
+        anchor = "" if meaning is None else meaning.wrt
+    return event.hook, _node_name(event.node), event.user, anchor
+
+
+def _occurrences(events: Sequence[LabelledEvent]) -> list[int]:
+    """Each call's number among the walk's calls of its hook on its target (1 first)."""
+    numbers = {index: number for index, (_, number) in _numbered(events, False, set())}
+    return [numbers[index] for index in range(len(events))]
+
+
+def _node_name(node: str | None) -> str:
+    return node_title(node or "?")
 
 
 def _same_label(left: LabelledArg, right: LabelledArg) -> bool:
@@ -322,8 +387,9 @@ def _verdict(passes: Sequence[PassChange], wrapper: str) -> str:
         for call in change.differing():
             hook = f"{call.user} ({call.hook})" if call.user else call.hook
             targets = kinds.setdefault(call.kind, {}).setdefault(hook, [])
-            if module_title(call.target) not in targets:
-                targets.append(module_title(call.target))
+            place = node_title(call.node) if call.node else module_title(call.target)
+            if place not in targets:
+                targets.append(place)
     grads = list(dict.fromkeys(grad.name for change in passes for grad in change.grads
                                if grad.changed))
     buckets = max((len(change.buckets) for change in passes), default=0)

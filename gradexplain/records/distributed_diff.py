@@ -13,6 +13,7 @@ from typing import Literal
 from gradexplain.language.model import WrapKind
 from gradexplain.records.check import Check
 from gradexplain.records.distributed import CheckedBucket, DistributedGrad, Whose
+from gradexplain.records.paths import module_title
 from gradexplain.records.trace import HookKind, Mode, TensorValue
 from gradexplain.records.walk import FinalGrad, LabelledArg
 
@@ -47,7 +48,10 @@ class ArgChange:
 class CallChange:
     """One hook call, matched by hook kind, target and occurrence: the `occurrence`-th call of
     `hook` on `target` (by the user's function `user`, None: gradexplain's own) in the pass.
-    `reason` is one line from the records ("" where nothing changed)."""
+    A node hook is matched by its node's name (`node`) instead: the wrapping may put nodes of
+    its own into the graph, which renumbers the walk's node targets (`n16`), and `target` is
+    the wrapped run's (one process's, for a call only it made). `reason` is one line from the
+    records ("" where nothing changed)."""
 
     hook: HookKind
     target: str
@@ -59,6 +63,15 @@ class CallChange:
     kind: ChangeKind
     args: tuple[ArgChange, ...]
     reason: str
+    node: str | None = None  # a node hook's node, as the graph names it (AddmmBackward0)
+
+    @property
+    def place(self) -> str:
+        """Where the hook sits, as the reader knows it: a node hook's node by its name (with
+        the walk's number for it), else the target (a module, `<model>`, or a tensor)."""
+        if self.node is not None:
+            return f"{node_title(self.node)} ({self.target})"
+        return module_title(self.target)
 
 
 @dataclass(frozen=True)
@@ -128,5 +141,10 @@ class DistributedDiff:
     ranks: tuple[RankChange, ...]
 
 
+def node_title(node: str) -> str:
+    """An autograd node's name without torch's namespace: `AccumulateGrad`."""
+    return node.removeprefix("torch::autograd::")
+
+
 __all__ = ["ArgChange", "BucketChange", "CallChange", "ChangeKind", "DistributedDiff",
-           "GradChange", "PassChange", "RankChange"]
+           "GradChange", "PassChange", "RankChange", "node_title"]

@@ -69,6 +69,7 @@ def _call(call: CallChange) -> dict[str, Any]:
     return {
         "hook": call.hook,
         "target": call.target,
+        "node": call.node,
         "user": call.user,
         "occurrence": call.occurrence,
         "run": call.run,

@@ -18,7 +18,6 @@ from gradexplain.records.distributed_diff import (
     RankChange,
 )
 from gradexplain.records.numbers import fmt_value, shape_label
-from gradexplain.records.paths import module_title
 from gradexplain.records.trace import TensorValue
 from gradexplain.records.walk import LabelledArg
 from gradexplain.render.markdown import blocks, bold, code, escape, heading, math, table
@@ -81,7 +80,7 @@ def _call_row(wrapper: str, call: CallChange) -> list[str]:
     user = f" ({code(call.user)})" if call.user else ""
     seqs = ", ".join(f"#{seq} {side}" for side, seq in (
         (SINGLE, call.single_seq), (f"under {wrapper}", call.wrapped_seq)) if seq is not None)
-    title = (f"{code(call.hook)} {code(module_title(call.target))}{user}<br>"
+    title = (f"{code(call.hook)} {code(call.place)}{user}<br>"
              f"{escape(seqs)}")
     shown = [arg for arg in call.args
              if call.kind in ("silenced", "added") or not (arg.same_value and arg.same_label)]

@@ -25,10 +25,9 @@ from gradexplain.records.distributed_diff import (
     RankChange,
 )
 from gradexplain.records.numbers import fmt_shape, fmt_value
-from gradexplain.records.paths import module_title
 from gradexplain.records.trace import TensorValue
 from gradexplain.records.walk import LabelledArg
-from gradexplain.render.fit import word_lines
+from gradexplain.render.fit import value_lines, word_lines
 from gradexplain.render.marks import check_mark
 
 WIDTH = 100  # the most columns a line takes, however wide the terminal
@@ -110,7 +109,7 @@ class _Lines:
         seqs = ", ".join(f"{side} #{seq}" for side, seq in (
             (SINGLE, call.single_seq), (f"under {self.wrapper}", call.wrapped_seq))
             if seq is not None)
-        self.add(4, f"{call.kind:<11}{call.hook} {module_title(call.target)}{user}  "
+        self.add(4, f"{call.kind:<11}{call.hook} {call.place}{user}  "
                  f"{seqs}", "yellow")
         for arg in call.args:
             if call.kind == "relabelled":
@@ -121,11 +120,22 @@ class _Lines:
         self.prose(6, f"why: {call.reason}")
 
     def relabelled(self, arg: ArgChange) -> None:
-        """`name  label ✓ → label ✓`: the value is the same on both sides."""
+        """`name  label ✓ → label ✓`, then the value, the same on both sides."""
         sides = [f"{_label(item)} {check_mark(item.check, item.not_checked).plain}".rstrip()
                  for item in (arg.single, arg.wrapped) if item is not None]
-        value = arg.wrapped.value if arg.wrapped is not None else None
-        self.prose(6, f"{arg.name}  {' → '.join(sides)}  (both {fmt_value(value)})")
+        self.prose(6, f"{arg.name}  {' → '.join(sides)}")
+        self.value(8, "both: ", arg.wrapped.value if arg.wrapped is not None else None)
+
+    def value(self, indent: int, head: str, value: TensorValue | None, check: str = "") -> None:
+        """`head` and the value, a matrix row a line where the whole does not fit, a summary
+        where a row does not (`fit.value_lines`); the check after the last line."""
+        shape = "" if value is None else (fmt_shape(value.shape) if value.shape else "scalar")
+        head = f"{head}{shape}: " if shape else head
+        lines = value_lines(value, self.width - indent - len(head) - len(check) - 1)
+        for index, line in enumerate(lines):
+            last = index == len(lines) - 1
+            self.add(indent, (head if index == 0 else " " * len(head)) + line
+                     + (f" {check}" if last and check else ""))
 
     def arg(self, arg: ArgChange) -> None:
         self.add(6, arg.name)
@@ -142,25 +152,21 @@ class _Lines:
 
     def side(self, side: str, label: str | None, value: TensorValue | None,
              check: str = "") -> None:
-        """`side  label`, then the value under it (or beside the side, without a label), each
-        broken to the width."""
+        """`side  label`, then the value under it (or beside the side, without a label)."""
         head = f"{side:<{max(len(SINGLE), len(self.wrapper))}}  "
-        room = self.width - 8 - len(head)
-        shown = "None" if value is None else (
-            f"{fmt_shape(value.shape) if value.shape else 'scalar'}: {fmt_value(value)} {check}"
-        ).rstrip()
-        parts = ([] if label is None else word_lines(label, room)) + word_lines(shown, room)
-        for index, part in enumerate(parts):
-            self.add(8, (head if index == 0 else " " * len(head)) + part)
+        if label is not None:
+            for index, part in enumerate(word_lines(label, self.width - 8 - len(head))):
+                self.add(8, (head if index == 0 else " " * len(head)) + part)
+            head = " " * len(head)
+        self.value(8, head, value, check)
 
     def bucket(self, change: BucketChange) -> None:
         bucket = change.bucket
         self.add(4, f"{'added':<11}communication hook, bucket {bucket.index}", "yellow")
         for slot in bucket.slots:
-            text = (f"{slot.parameter}: handed over {fmt_value(slot.before)} "
-                    f"{check_mark(slot.before_check).plain}, summed {fmt_value(slot.after)} "
-                    f"{check_mark(slot.after_check).plain}")
-            self.prose(6, " ".join(text.split()))
+            self.add(6, slot.parameter)
+            self.value(8, "handed over ", slot.before, check_mark(slot.before_check).plain)
+            self.value(8, "summed      ", slot.after, check_mark(slot.after_check).plain)
         self.prose(6, f"why: {change.reason}")
 
     def grad(self, grad: GradChange) -> None:

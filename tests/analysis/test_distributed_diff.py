@@ -179,6 +179,22 @@ def test_mlp_with_a_batch_per_rank(wrap: str) -> None:
         for call in change.calls:
             if call.hook in ("full_backward", "full_backward_pre"):
                 assert call.kind == "same", call
+        # every value that changed is read by the distributed walk: none is unexplained
+        for call in change.calls:
+            if call.kind == "changed":
+                assert any(arg.whose is not None for arg in call.args), call
+        if wrap == "fsdp":
+            # FSDP2's own node around the root's input renumbers the nodes after it; its
+            # calls are the added ones, and the input's own AccumulateGrad still pairs
+            added = [call for call in change.calls if call.kind == "added" and call.node]
+            assert {call.node for call in added} == {"RegisterPostBackwardFunctionBackward"}
+            assert all(call.node in call.reason for call in added)
+            (grad_of_x,) = [call for call in change.calls if call.hook == "node_pre"
+                            and call.node == "torch::autograd::AccumulateGrad"
+                            and call.args[0].single is not None
+                            and call.args[0].single.meaning is not None
+                            and call.args[0].single.meaning.wrt == "x"]
+            assert grad_of_x.kind == "same"
         grads = {grad.name: grad for grad in change.grads}
         for name, mine in local[rank].items():
             mean = (local[0][name] + local[1][name]) / 2

@@ -541,6 +541,9 @@ def distributed_diff_schema() -> Schema:
                    "wrapping.", {
                        "hook": {"enum": _enum(HookKind)},
                        "target": {"type": "string"},
+                       "node": {"type": ["string", "null"],
+                                "description": "A node hook's node, by the name autograd "
+                                               "gives it; matched by it, not by target."},
                        "user": {"type": ["string", "null"]},
                        "occurrence": {"type": "integer", "minimum": 1},
                        "run": {"type": "integer", "minimum": 0},
