@@ -128,14 +128,19 @@ class _Lines:
 
     def value(self, indent: int, head: str, value: TensorValue | None, check: str = "") -> None:
         """`head` and the value, a matrix row a line where the whole does not fit, a summary
-        where a row does not (`fit.value_lines`); the check after the last line."""
+        where a row does not (`fit.value_lines`, which names the shape); ✓ after the last
+        line, anything longer (a failure, why there is no check) on a line of its own."""
         shape = "" if value is None else (fmt_shape(value.shape) if value.shape else "scalar")
-        head = f"{head}{shape}: " if shape else head
-        lines = value_lines(value, self.width - indent - len(head) - len(check) - 1)
+        mark = check if check == "✓" else ""
+        lines = value_lines(value, self.width - indent - len(head) - len(shape) - 4)
+        if value is not None and not lines[0].startswith(fmt_shape(value.shape) + " "):
+            head = f"{head}{shape}: "
         for index, line in enumerate(lines):
             last = index == len(lines) - 1
             self.add(indent, (head if index == 0 else " " * len(head)) + line
-                     + (f" {check}" if last and check else ""))
+                     + (f" {mark}" if last and mark else ""))
+        if check and not mark:
+            self.prose(indent + len(head), check, "bold red" if "✗" in check else "yellow")
 
     def arg(self, arg: ArgChange) -> None:
         self.add(6, arg.name)

@@ -34,6 +34,7 @@ from tests.helpers.distributed_diff import (
     facts_plan,
     mlp_plan,
     one_rank_plan,
+    python_plan,
     run,
 )
 
@@ -270,3 +271,31 @@ def test_same_values_within_the_checks_allowance() -> None:
 def test_the_number_of_walks_must_match_the_ranks(ddp: DiffRun) -> None:
     with pytest.raises(ValueError, match="2 ranks"):
         distributed_diff(ddp.singles[:1], ddp.walk)
+
+
+def double(grad: torch.Tensor) -> torch.Tensor:
+    return 2 * grad
+
+
+def test_a_users_hook_that_changes_what_ddp_all_reduces() -> None:
+    """The user's tensor hook on out.weight returns 2·g: each rank puts its doubled gradient in
+    the bucket, and .grad after backward is the mean of the doubled ones, as torch gives it."""
+    model = MLP()
+    model.out.weight.register_hook(double)
+    result = run(python_plan(model, MLP_BATCH, "ddp"))
+    # each rank's own gradient in plain torch, doubled as the hook doubles it
+    local = [{name: 2 * grad if name == "out.weight" else grad
+              for name, grad in plain_local(MLP(), MLP_BATCH, rank).items()}
+             for rank in range(2)]
+    for rank in range(2):
+        change = result.pass_change(rank, "full")
+        users = [call for call in change.calls if call.user == "double"]
+        assert users and all(call.kind == "same" for call in users)
+        (bucket,) = change.buckets
+        slot = next(item for item in bucket.bucket.slots if item.parameter == "out.weight")
+        assert slot.changed_by == "double" and "out.weight by your hook double" in bucket.reason
+        assert close(slot.before, local[rank]["out.weight"])
+        grad = next(item for item in change.grads if item.name == "out.weight")
+        assert grad.changed and grad.wrapped is not None and grad.single is not None
+        assert close(grad.single.value, local[rank]["out.weight"])
+        assert close(grad.wrapped.value, (local[0]["out.weight"] + local[1]["out.weight"]) / 2)
