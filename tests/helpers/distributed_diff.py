@@ -17,12 +17,11 @@ import pytest
 import torch
 from torch import nn
 
-from gradexplain.analysis.distributed_diff import distributed_diff
 from gradexplain.capture.pymodel import python_source
 from gradexplain.distributed.label import Setup
 from gradexplain.distributed.plan import spec_plan, split_batch
-from gradexplain.distributed.run import Plan, capture_distributed
-from gradexplain.distributed.single import single_walks
+from gradexplain.distributed.run import Plan
+from gradexplain.distributed.single import ranks_diff, single_walks
 from gradexplain.language import load_spec_text
 from gradexplain.language.model import DDPOptions, WrapKind
 from gradexplain.records.distributed import DistributedWalk
@@ -57,9 +56,9 @@ class DiffRun:
 
 
 def run(plan: Plan) -> DiffRun:
-    walk = capture_distributed(plan)
-    singles = single_walks(plan)
-    return DiffRun(singles, walk, distributed_diff(singles, walk))
+    """The plan's distributed walk and diff (`ranks_diff`), with the single walks again."""
+    walk, diff = ranks_diff(plan)
+    return DiffRun(single_walks(plan), walk, diff)
 
 
 def facts_fixture(wrap: WrapKind) -> Callable[[], DiffRun]:

@@ -14,6 +14,7 @@ from gradexplain.analysis.diff import compare
 from gradexplain.analysis.order import first_firing_orders
 from gradexplain.analysis.pinned import pinned_view
 from gradexplain.capture.pipeline import capture
+from gradexplain.pages import report_page
 from gradexplain.render.console import plain_text
 from gradexplain.render.distributed_diff_json import distributed_diff_json
 from gradexplain.render.distributed_diff_markdown import distributed_diff_markdown
@@ -127,13 +128,17 @@ def test_markdown_shows_torchs_numbers(ddp: DiffRun) -> None:
 
 
 def report_of(result: DiffRun, distributed: bool) -> str:
+    """The report of rank 0's own spec, with the diff's section or without; `report_page`
+    (what `report` and `explain(...).report()` call) gives the same page."""
     plan = facts_plan(result.diff.wrap)
     session = capture(plan.rank_specs[0], plan.spec_path, plan.spec_text, threads=1)
     diff = compare(session)
     view = pinned_view(session.walk, select_diff(diff, None))
     orders = first_firing_orders(session.traces)
-    return report_markdown(session, diff, view, orders,
-                           result.diff if distributed else None)
+    chosen = result.diff if distributed else None
+    text = report_markdown(session, diff, view, orders, chosen)
+    assert report_page(session, chosen) == text
+    return text
 
 
 @pytest.mark.parametrize("which, title", [("ddp", "Under DistributedDataParallel"),
