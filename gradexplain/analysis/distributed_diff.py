@@ -2,11 +2,8 @@
 distributed walk, pass by pass, hook call by hook call, with what the wrapping changed and why,
 and a verdict per rank. No torch here.
 
-Calls are paired structurally: the n-th call of a hook kind on a target (by gradexplain's own
-hook or the user's function) in one process is the n-th such call under the wrapping, wherever
-it fires. A node hook's target is its node's name: the walk numbers nodes in graph order
-(`n16`), and a node the wrapping adds (FSDP2's RegisterPostBackwardFunctionBackward) shifts
-the numbers of every node after it.
+Calls are paired structurally (analysis/distributed_pairs.py): the n-th call of a hook kind on a
+target in one process is the n-th such call under the wrapping, wherever it fires.
 
 What changed is decided from the distributed walk's records, never from the numbers alone:
 whose derivative a wrapped value is (`ScopedArg`, `DistributedGrad`: this rank's own, or the
@@ -18,10 +15,15 @@ What it finds is records (records/distributed_diff.py), for render/ to show.
 
 from __future__ import annotations
 
-import math
-from collections import Counter
 from collections.abc import Iterator, Sequence
 
+from gradexplain.analysis.distributed_pairs import (
+    NODE_HOOKS,
+    node_name,
+    occurrences,
+    pairs,
+    same_values,
+)
 from gradexplain.records.distributed import (
     DistributedGrad,
     DistributedWalk,
@@ -41,18 +43,14 @@ from gradexplain.records.distributed_diff import (
     node_title,
 )
 from gradexplain.records.paths import module_title
-from gradexplain.records.trace import HookKind, Nested, TensorValue
+from gradexplain.records.trace import HookKind
 from gradexplain.records.walk import FinalGrad, LabelledArg, LabelledEvent, PassWalk, Walk
 
 # What the sentences call each wrapping.
 WRAPPER_NAMES = {"ddp": "DDP", "fsdp": "FSDP2"}
-# Two values recorded in two processes from identical builds are the same within this much of
-# the larger one's largest element (float32 arithmetic in another order: the checks' allowance).
-RELATIVE = 1e-4
 # A verdict names this many hook calls of a kind, then counts the rest.
 NAMED = 4
 
-NODE_HOOKS = ("node_pre", "node")
 
 
 def distributed_diff(singles: Sequence[Walk], walk: DistributedWalk) -> DistributedDiff:
@@ -60,50 +58,19 @@ def distributed_diff(singles: Sequence[Walk], walk: DistributedWalk) -> Distribu
     if len(singles) != len(walk.ranks):
         raise ValueError(f"{len(singles)} single-process walks for {len(walk.ranks)} ranks")
     wrapper = WRAPPER_NAMES[walk.wrap]
-    ranks = tuple(_Rank(single, rank, wrapper, walk.world_size).change()
+    ranks = tuple(_Rank(single, rank, wrapper).change()
                   for single, rank in zip(singles, walk.ranks, strict=True))
     return DistributedDiff(walk.spec, walk.name, walk.torch, walk.world_size, walk.wrap,
                            wrapper, ranks)
 
 
-def same_values(left: TensorValue | None, right: TensorValue | None) -> bool:
-    """The same shape and numbers (within RELATIVE), or None on both sides."""
-    if left is None or right is None:
-        return left is None and right is None
-    if tuple(left.shape) != tuple(right.shape):
-        return False
-    if left.value is None or right.value is None:
-        if left.summary is None or right.summary is None:
-            return False
-        ours = (left.summary.min, left.summary.max, left.summary.mean, left.summary.norm)
-        theirs = (right.summary.min, right.summary.max, right.summary.mean,
-                  right.summary.norm)
-        return _close(list(ours), list(theirs))
-    return _close(_flat(left.value), _flat(right.value))
-
-
-def _flat(value: Nested) -> list[float]:
-    if isinstance(value, list):
-        return [number for item in value for number in _flat(item)]
-    return [float(value)]
-
-
-def _close(left: list[float], right: list[float]) -> bool:
-    if len(left) != len(right):
-        return False
-    finite = [abs(number) for number in left + right if math.isfinite(number)]
-    allowed = RELATIVE * max(finite, default=0.0)
-    return all(a == b or abs(a - b) <= allowed for a, b in zip(left, right, strict=True))
-
-
 class _Rank:
     """One rank: its single-process walk and its distributed one, pass by pass."""
 
-    def __init__(self, single: Walk, rank: RankWalk, wrapper: str, world_size: int) -> None:
+    def __init__(self, single: Walk, rank: RankWalk, wrapper: str) -> None:
         self.single = single
         self.rank = rank
         self.wrapper = wrapper
-        self.world_size = world_size
 
     def change(self) -> RankChange:
         passes = []
@@ -141,18 +108,18 @@ class _Pass:
         """Every call in the wrapped run's firing order; one that fired in one process only
         comes right after the call it followed there."""
         singles, wrapped = self.single.events, self.wrapped.events
-        pairs = _pairs(singles, wrapped)
+        matched = pairs(singles, wrapped)
         placed: list[tuple[tuple[int, int, int], CallChange]] = []
         position_of: dict[int, int] = {}
-        for position, (event, occurrence) in enumerate(zip(wrapped, _occurrences(wrapped),
+        for position, (event, occurrence) in enumerate(zip(wrapped, occurrences(wrapped),
                                                            strict=True)):
-            single = pairs.get(position)
+            single = matched.get(position)
             if single is not None:
                 position_of[single] = position
             placed.append(((position, 0, 0), self.pair(
                 occurrence, None if single is None else singles[single], event)))
         after = -1
-        for index, (event, occurrence) in enumerate(zip(singles, _occurrences(singles),
+        for index, (event, occurrence) in enumerate(zip(singles, occurrences(singles),
                                                         strict=True)):
             if index in position_of:
                 after = position_of[index]
@@ -199,7 +166,7 @@ class _Pass:
 
     def added(self, event: LabelledEvent) -> str:
         if event.hook in NODE_HOOKS:
-            return (f"{_node_name(event.node)} is a node only the wrapped run's graph has: "
+            return (f"{node_name(event.node)} is a node only the wrapped run's graph has: "
                     f"{self.wrapper} put it there")
         user = self.user_hooks.get((event.hook, event.user or ""))
         if user is not None:
@@ -238,71 +205,6 @@ class _Pass:
         for name in dict.fromkeys([*single, *wrapped]):
             yield _grad(name, single.get(name), wrapped.get(name), silent.get(name, []),
                         self.wrapper)
-
-
-def _pairs(singles: Sequence[LabelledEvent],
-           wrapped: Sequence[LabelledEvent]) -> dict[int, int]:
-    """Which call of one process (by position) each wrapped call (by position) is.
-
-    A call is the n-th call of its hook kind on its target by its function (`_head`). A node
-    hook is first matched by the tensor its first argument is the gradient of, as well: the
-    wrapping may change the order in which the engine runs nodes of the same name (FSDP2 runs
-    an input's AccumulateGrad after its own node, one process before a parameter's), and the
-    tensor says which is which where both runs name it alike. The node hooks left over (a
-    parameter FSDP2 gathered into a leaf of its own, named otherwise) are then matched in
-    order."""
-    found: dict[int, int] = {}
-    for anchored in (True, False):
-        # the second round is for node hooks alone: every other call was matched by its head
-        skip_singles = set(found.values()) | ({index for index, event in enumerate(singles)
-                                               if event.hook not in NODE_HOOKS}
-                                              if not anchored else set())
-        skip_wrapped = set(found) | ({index for index, event in enumerate(wrapped)
-                                      if event.hook not in NODE_HOOKS}
-                                     if not anchored else set())
-        left = {key: index for index, key in _numbered(singles, anchored, skip_singles)}
-        for index, key in _numbered(wrapped, anchored, skip_wrapped):
-            if key in left:
-                found[index] = left[key]
-    return found
-
-
-Head = tuple[HookKind, str, str | None, str | None]
-
-
-def _numbered(events: Sequence[LabelledEvent], anchored: bool,
-              skip: set[int]) -> Iterator[tuple[int, tuple[Head, int]]]:
-    """Each event not in `skip` (by position) with its key: its head and its occurrence
-    among the others with that head (1 for the first)."""
-    seen: Counter[Head] = Counter()
-    for index, event in enumerate(events):
-        if index in skip:
-            continue
-        head = _head(event, anchored)
-        seen[head] += 1
-        yield index, (head, seen[head])
-
-
-def _head(event: LabelledEvent, anchored: bool) -> Head:
-    """Hook kind, target (a node hook's: its node's name), the user's function, and with
-    `anchored` a node hook's tensor (what its first argument is the gradient of)."""
-    if event.hook not in NODE_HOOKS:
-        return event.hook, event.target, event.user, None
-    anchor = None
-    if anchored:
-        meaning = next((arg.meaning for arg in event.args if arg.meaning is not None), None)
-        anchor = "" if meaning is None else meaning.wrt
-    return event.hook, _node_name(event.node), event.user, anchor
-
-
-def _occurrences(events: Sequence[LabelledEvent]) -> list[int]:
-    """Each call's number among the walk's calls of its hook on its target (1 first)."""
-    numbers = {index: number for index, (_, number) in _numbered(events, False, set())}
-    return [numbers[index] for index in range(len(events))]
-
-
-def _node_name(node: str | None) -> str:
-    return node_title(node or "?")
 
 
 def _same_label(left: LabelledArg, right: LabelledArg) -> bool:
@@ -415,4 +317,4 @@ def _named(items: Sequence[str]) -> str:
     return shown + (f" and {more} more" if more > 0 else "")
 
 
-__all__ = ["WRAPPER_NAMES", "distributed_diff", "same_values"]
+__all__ = ["WRAPPER_NAMES", "distributed_diff"]

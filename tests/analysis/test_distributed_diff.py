@@ -12,7 +12,8 @@ import dataclasses
 import pytest
 import torch
 
-from gradexplain.analysis.distributed_diff import distributed_diff, same_values
+from gradexplain.analysis.distributed_diff import distributed_diff
+from gradexplain.analysis.distributed_pairs import same_values
 from gradexplain.language.model import DDPOptions
 from gradexplain.records.distributed import DistributedWalk, Whose
 from gradexplain.records.distributed_diff import CallChange, PassChange
@@ -189,7 +190,7 @@ def test_mlp_with_a_batch_per_rank(wrap: str) -> None:
             # calls are the added ones, and the input's own AccumulateGrad still pairs
             added = [call for call in change.calls if call.kind == "added" and call.node]
             assert {call.node for call in added} == {"RegisterPostBackwardFunctionBackward"}
-            assert all(call.node in call.reason for call in added)
+            assert all(call.node is not None and call.node in call.reason for call in added)
             (grad_of_x,) = [call for call in change.calls if call.hook == "node_pre"
                             and call.node == "torch::autograd::AccumulateGrad"
                             and call.args[0].single is not None
