@@ -12,6 +12,7 @@ import sys
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, NoReturn
 
@@ -49,6 +50,8 @@ warnings.filterwarnings("ignore", message="Failed to initialize NumPy", category
 
 if TYPE_CHECKING:
 
+    from gradexplain.records.distributed import DistributedWalk
+    from gradexplain.records.distributed_diff import DistributedDiff
     from gradexplain.records.session import Session
     from gradexplain.records.trace import HookKind
 
@@ -172,7 +175,7 @@ def walk(
         _refuse_with_ranks(("--save", save is not None), ("--order", order),
                            ("--module", module is not None), ("--hook", bool(hook)),
                            ("--pass", pass_ is not option.PassChoice.both),
-                           ("--all-blocks", all_blocks))
+                           ("--all-blocks", all_blocks), ("--threads", _threaded(threads)))
         _walk_distributed(spec, load, options, output_format.value, timeline, pretty)
         return
     check_run_output(save, "--save", spec, load, options)
@@ -209,6 +212,8 @@ def diff(
     loss_of: option.LossOfOption = None,
     max_values: option.MaxValuesOption = None,
     threads: option.ThreadsOption = None,
+    ranks: option.RanksOption = None,
+    wrap: option.WrapOption = None,
 ) -> None:
     """Legacy vs full backward hooks, module by module, argument by argument.
 
@@ -218,14 +223,28 @@ def diff(
     that never fire, zeros and None), and a verdict in plain words; then the chain rule with
     each module hook's argument at its step. JSON output is schema gradexplain.diff/1. Exit
     0, or 1 when a label failed its check, 2 for bad input.
+
+    With --ranks N: each rank's single-process walk against its walk under DDP or FSDP2
+    (--wrap), hook by hook: what the wrapping changed, and why (schema
+    gradexplain.diff-distributed/1).
     """
     from gradexplain.analysis.diff import compare
     from gradexplain.analysis.pinned import BACKWARD_HOOKS, pinned_view
     from gradexplain.render.outputs import diff_output
     from gradexplain.render.select import select, select_diff
 
-    session = _session(spec, load, option.run_options(input_shapes, inputs_file, loss, max_values,
-                                                  threads, loss_of))
+    options = option.run_options(input_shapes, inputs_file, loss, max_values, threads, loss_of,
+                                 ranks, wrap)
+    if ranks is not None:
+        from gradexplain.render.distributed_outputs import distributed_diff_output
+
+        _refuse_with_ranks(("--module", module is not None), ("--threads", _threaded(threads)))
+        ranks_walk, ranks_result = _ranks_diff(spec, load, options)
+        show(distributed_diff_output(ranks_result, output_format.value, pretty))
+        if ranks_walk.failures():
+            raise typer.Exit(1)
+        return
+    session = _session(spec, load, options)
     check_module(session, module)
     result = select_diff(compare(session), module)
     shown = select(session.walk, ("legacy", "full"), module, BACKWARD_HOOKS)
@@ -246,6 +265,8 @@ def report(
     loss_of: option.LossOfOption = None,
     max_values: option.MaxValuesOption = None,
     threads: option.ThreadsOption = None,
+    ranks: option.RanksOption = None,
+    wrap: option.WrapOption = None,
 ) -> None:
     """Write a self-contained markdown report of SPEC, readable on GitHub.
 
@@ -253,7 +274,7 @@ def report(
     node each legacy hook sits on marked, the forward values, the chain rule in LaTeX, both
     passes' hook timelines, the legacy-vs-full diff, the checks, torch's version and warnings.
     The same spec always gives the same bytes. Exit 0, 1 when a label failed its check, 2 for
-    bad input.
+    bad input. With --ranks N, a section on what DDP or FSDP2 (--wrap) changes, hook by hook.
     """
     from gradexplain.pages import report_page
 
@@ -262,18 +283,30 @@ def report(
             raise UsageError("--all takes a folder of specs: leave out SPEC and --load")
         if output is None:
             raise UsageError("--all needs -o FOLDER for the reports and their index.md")
+        if ranks is not None or wrap is not None:
+            raise UsageError("--all reports each spec in one process: leave out --ranks and "
+                             "--wrap")
         _report_all(all_specs, output)
         return
-    options = option.run_options(input_shapes, inputs_file, loss, max_values, threads, loss_of)
+    options = option.run_options(input_shapes, inputs_file, loss, max_values, threads, loss_of,
+                                 ranks, wrap)
     check_run_output(output, "-o", spec, load, options,
                      "give a file name, or leave out -o to print the report to stdout")
-    session = _session(spec, load, options)
-    text = report_page(session)
+    distributed = None
+    failed = False
+    if ranks is not None:
+        _refuse_with_ranks(("--threads", _threaded(threads)))
+        ranks_walk, distributed = _ranks_diff(spec, load, options)
+        failed = bool(ranks_walk.failures())
+    session = _session(spec, load, replace(options, ranks=None, wrap=None))
+    text = report_page(session, distributed)
     if output is None:
         echo(text, nl=False)
     else:
         write(output, text)
         echo(f"wrote {output}", err=True, one_line=True)
+    if failed:
+        raise typer.Exit(1)
     _exit_on_failures(session)
 
 
@@ -385,9 +418,29 @@ def _refuse_with_ranks(*flags: tuple[str, bool]) -> None:
     given = [flag for flag, used in flags if used]
     if given:
         raise UsageError(f"--ranks: {', '.join(given)} {'is' if len(given) == 1 else 'are'} "
-                         "for single-process walks; a distributed walk shows every rank's "
-                         "parameter hooks, buckets and .grad, and each rank's full pass "
-                         "(--timeline for every hook call)")
+                         "for single-process runs (each rank runs torch on one thread; a "
+                         "distributed walk shows every rank's parameter hooks, buckets and "
+                         ".grad, and --timeline every hook call)")
+
+
+def _threaded(threads: int | None) -> bool:
+    """More than one torch thread asked for, which forked ranks cannot have: torch's thread
+    pool does not survive a fork once the parent has computed with it (the ranks hang)."""
+    return threads is not None and threads > 1
+
+
+def _ranks_diff(spec: str | None, load: Path | None,
+                options: RunOptions) -> tuple[DistributedWalk, DistributedDiff]:
+    """`--ranks N` for diff and report: the distributed walk and each rank's single-process
+    walk against it."""
+    from gradexplain.distributed.single import ranks_diff
+
+    source = open_source(spec, load, options)
+    assert isinstance(source, Source)  # --load with --ranks is refused by open_source
+    with _running(source, bar=False):
+        result = ranks_diff(source.distributed_plan())
+    freeze_survivors()
+    return result
 
 
 def _walk_distributed(spec: str | None, load: Path | None, options: RunOptions,

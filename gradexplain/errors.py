@@ -217,6 +217,39 @@ class HookRefusedError(BadInput):
     in-place probe's refusals (and the wider set tried next): the in-place op was not found."""
 
 
+class RankFailed(GradexplainError):
+    """One rank of a `--ranks N` run raised, or died, before it sent its result; the other
+    ranks were stopped. `kind` is what it raised (the class's name) or how it died (the
+    signal's name, "SIGKILL", or "exit"). A rank that raised one of gradexplain's own errors
+    keeps that error's exit code, and `error_class` names the class (None for any other kind),
+    so the run ends as the same error ends a single-process one. `stderr_tail`: the end of
+    what the rank wrote on stderr."""
+
+    def __init__(self, rank: int, reason: str, *, kind: str, exit_code: int = 1,
+                 error_class: type[GradexplainError] | None = None,
+                 stderr_tail: str = "") -> None:
+        super().__init__(f"rank {rank} failed: {reason}")
+        self.rank = rank
+        self.reason = reason
+        self.kind = kind
+        self.exit_code = exit_code
+        self.error_class = error_class
+        self.stderr_tail = stderr_tail
+
+
+class RanksTimedOut(GradexplainError):
+    """Ranks of a `--ranks N` run still without a result when the run's timeout ran out: they
+    were stopped. `ranks` says which, `timeout` after how many seconds."""
+
+    def __init__(self, ranks: tuple[int, ...], timeout: float) -> None:
+        named = ", ".join(str(rank) for rank in ranks[:-1])
+        which = f"ranks {named} and {ranks[-1]}" if named else f"rank {ranks[-1]}"
+        super().__init__(f"{which} had not finished after the {timeout:g} s timeout "
+                         f"and {'were' if named else 'was'} stopped")
+        self.ranks = ranks
+        self.timeout = timeout
+
+
 class SessionError(BadInput):
     """A saved session (`walk --save`) that cannot be loaded: not JSON, another schema, or a
     value of the wrong kind at some key path."""

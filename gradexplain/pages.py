@@ -10,15 +10,17 @@ from typing import TYPE_CHECKING
 from gradexplain.errors import UsageError
 
 if TYPE_CHECKING:
+    from gradexplain.records.distributed_diff import DistributedDiff
     from gradexplain.records.session import Session
 
 
 INDEX = "index.md"  # report --all's index of the reports
 
 
-def report_page(session: Session) -> str:
+def report_page(session: Session, distributed: DistributedDiff | None = None) -> str:
     """The markdown report of a session: its diff, pinned view and firing orders computed,
-    then rendered."""
+    then rendered; with `distributed` (`report --ranks N`), its section on what the wrapping
+    changed too."""
     from gradexplain.analysis.diff import compare
     from gradexplain.analysis.order import first_firing_orders
     from gradexplain.analysis.pinned import pinned_view
@@ -26,7 +28,7 @@ def report_page(session: Session) -> str:
 
     diff = compare(session)
     return report_markdown(session, diff, pinned_view(session.walk, diff),
-                           first_firing_orders(session.traces))
+                           first_firing_orders(session.traces), distributed)
 
 
 def spec_files(folder: Path) -> list[Path]:

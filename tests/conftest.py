@@ -8,8 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from gradexplain.language.model import DDPOptions
-from gradexplain.records.distributed import DistributedWalk
 from tests.helpers.cli import GOLDEN
 from tests.helpers.printed import first_mismatch
 
@@ -57,28 +55,3 @@ def golden(request: pytest.FixtureRequest) -> Callable[..., None]:
                         f"--update-golden, then read the diff)\n{changes}", pytrace=False)
 
     return compare
-
-
-# The facts file's model under `walk --ranks 2` (tests/helpers/distributed.py): each configuration
-# forks its ranks once per test module that asks for it (2-4 s a run).
-
-
-@pytest.fixture(scope="module")
-def ddp() -> DistributedWalk:
-    from tests.helpers.distributed import facts_walk  # torch, only where a test asks
-
-    return facts_walk("ddp")
-
-
-@pytest.fixture(scope="module")
-def fsdp() -> DistributedWalk:
-    from tests.helpers.distributed import facts_walk
-
-    return facts_walk("fsdp")
-
-
-@pytest.fixture(scope="module")
-def no_sync() -> DistributedWalk:
-    from tests.helpers.distributed import facts_walk
-
-    return facts_walk("ddp", DDPOptions(no_sync=True))

@@ -50,7 +50,7 @@ class Plan:
 def capture_distributed(plan: Plan, launch: Launcher | None = None) -> DistributedWalk:
     """Run the plan on its ranks and read every rank's walk as a distributed one."""
     if launch is None:
-        from gradexplain.distributed.launch import run_ranks  # type: ignore[import-not-found]
+        from gradexplain.distributed.launch import run_ranks
 
         launch = run_ranks
     results = launch(plan.setup.world_size, lambda context: _rank_session(plan, context.rank))

@@ -146,5 +146,5 @@ def latex_of(short: str) -> str:
     return f"{text}^{{({use})}}" if use else text
 
 
-__all__ = ["ACCUMULATE", "DDP_WRAPPER", "FSDP_WRAPPER", "HOOK_WRAPPER", "IDENTITY_NODES", "Naming", "canonical_name", "distinct", "latex_of",
-           "op_name", "op_title"]
+__all__ = ["ACCUMULATE", "DDP_WRAPPER", "FSDP_WRAPPER", "HOOK_WRAPPER", "IDENTITY_NODES",
+           "Naming", "canonical_name", "distinct", "latex_of", "op_name", "op_title"]

@@ -82,9 +82,9 @@ def _bucket(bucket: CheckedBucket) -> dict[str, Any]:
         "after_seq": bucket.after_seq,
         "slots": [{"parameter": slot.parameter,
                    "before": plain_values(slot.before),
-                   "before_check": _verdict(slot.before_check),
+                   "before_check": check_json(slot.before_check),
                    "after": plain_values(slot.after),
-                   "after_check": _verdict(slot.after_check),
+                   "after_check": check_json(slot.after_check),
                    "changed_by": slot.changed_by} for slot in bucket.slots],
     }
 
@@ -100,7 +100,7 @@ def _grad(grad: DistributedGrad) -> dict[str, Any]:
 
 def _read(whose: Whose, check: Check | None, not_checked: str | None) -> dict[str, Any]:
     """A value read as distributed: whose it is, its check, and why not, where there is none."""
-    result: dict[str, Any] = {"whose": _whose(whose), "check": _verdict(check)}
+    result: dict[str, Any] = {"whose": _whose(whose), "check": check_json(check)}
     if not_checked:
         result["not_checked"] = not_checked
     return result
@@ -109,10 +109,6 @@ def _read(whose: Whose, check: Check | None, not_checked: str | None) -> dict[st
 def _whose(whose: Whose) -> dict[str, Any]:
     return {"scope": whose.scope, "text": whose.text, "when": whose.when,
             "rows": None if whose.rows is None else list(whose.rows)}
-
-
-def _verdict(check: Check | None) -> dict[str, Any] | None:
-    return None if check is None else check_json(check)
 
 
 def _reference(item: ReferenceGrad) -> dict[str, Any]:

@@ -104,23 +104,32 @@ def _event(event: LabelledEvent) -> dict[str, Any]:
 
 def arg_json(arg: LabelledArg) -> dict[str, Any]:
     """One labelled argument as the contract writes it (also used by `diff --format json`)."""
-    result: dict[str, Any] = {
-        "name": arg.name,
-        "shape": None if arg.value is None else list(arg.value.shape),
-    }
-    if arg.value is not None and arg.value.value is None and arg.value.summary is not None:
-        summary = arg.value.summary
-        result["summary"] = {key: _number(getattr(summary, key))
-                             for key in ("min", "max", "mean", "norm")}
-    else:
-        result["value"] = plain_values(arg.value)
+    result: dict[str, Any] = {"name": arg.name, **tensor_json(arg.value)}
     result["meaning"] = None if arg.meaning is None else _meaning(arg.meaning)
-    result["check"] = None if arg.check is None else check_json(arg.check)
+    result["check"] = None if arg.check is None else _check(arg.check)
     if arg.not_checked:
         result["not_checked"] = arg.not_checked
     if arg.pin is not None:
         result["step"] = to_data(arg.pin)
     return result
+
+
+def tensor_json(value: TensorValue | None) -> dict[str, Any]:
+    """A recorded tensor as every document writes it: `shape` (null for None), then `value`
+    (null for None), or `summary` where only a summary was recorded."""
+    result: dict[str, Any] = {"shape": None if value is None else list(value.shape)}
+    if value is not None and value.value is None and value.summary is not None:
+        summary = value.summary
+        result["summary"] = {key: _number(getattr(summary, key))
+                             for key in ("min", "max", "mean", "norm")}
+    else:
+        result["value"] = plain_values(value)
+    return result
+
+
+def check_json(check: Check | None) -> dict[str, Any] | None:
+    """A check as every document writes it (null: nothing was checked)."""
+    return None if check is None else _check(check)
 
 
 def _meaning(meaning: Meaning) -> dict[str, Any]:
@@ -150,8 +159,7 @@ def _meaning(meaning: Meaning) -> dict[str, Any]:
     return result
 
 
-def check_json(check: Check) -> dict[str, Any]:
-    """A check as a verdict: verified and its error, without the expected tensor."""
+def _check(check: Check) -> dict[str, Any]:
     result: dict[str, Any] = {"verified": check.verified,
                               "max_abs_err": _number(check.max_abs_err)}
     if check.why:

@@ -15,10 +15,15 @@ from dataclasses import dataclass
 
 from gradexplain.analysis.order import FiringOrder
 from gradexplain.records.diff import HookDiff
+from gradexplain.records.distributed_diff import DistributedDiff
 from gradexplain.records.paths import module_title
 from gradexplain.records.pinned import ANSWER_TITLE, PinnedView
 from gradexplain.records.session import Session
 from gradexplain.records.walk import Walk
+from gradexplain.render.distributed_diff_markdown import (
+    SECTION_TITLES,
+    distributed_diff_markdown,
+)
 from gradexplain.render.lessons import lessons_sections
 from gradexplain.render.markdown import (
     blocks,
@@ -65,12 +70,19 @@ SECTIONS = (
 
 
 def report_markdown(session: Session, diff: HookDiff, view: PinnedView,
-                    orders: Sequence[FiringOrder]) -> str:
+                    orders: Sequence[FiringOrder],
+                    distributed: DistributedDiff | None = None) -> str:
     """The whole report page of a session, as markdown: `diff` is `compare(session)`, `view`
-    its pinned view, `orders` the firing orders to show (`first_firing_orders(session.traces)`)."""
+    its pinned view, `orders` the firing orders to show (`first_firing_orders(session.traces)`).
+    `distributed` (`report --ranks N`: `distributed_diff` of the session's spec's ranks) adds
+    the section on what the wrapping changed, after "Legacy vs full"."""
     walk = session.walk
     sections = [(title, body) for title, body in _sections(session, diff, view, orders)
                 if body]
+    if distributed is not None:
+        after = next(index for index, (title, _) in enumerate(sections)
+                     if title == "Legacy vs full") + 1
+        sections.insert(after, distributed_section(distributed))
     parts = [
         heading(1, f"gradexplain report: {escape(walk.name)}"),
         f"> {escape(walk.about)}" if walk.about else "",
@@ -114,6 +126,12 @@ def _sections(session: Session, diff: HookDiff, view: PinnedView,
         ("Checks", checks_markdown(walk, level=3)),
         ("Environment", _environment(session)),
     ]
+
+
+def distributed_section(diff: DistributedDiff) -> tuple[str, str]:
+    """The report's section on a distributed walk: "Under DistributedDataParallel" or "Under
+    FSDP2", each rank's single-process walk against its walk under the wrapping."""
+    return SECTION_TITLES[diff.wrap], distributed_diff_markdown(diff, level=2)
 
 
 def _firing_orders(orders: Sequence[FiringOrder]) -> str:

@@ -24,7 +24,10 @@ from gradexplain.records.check import Check
 from gradexplain.records.distributed import DistributedWalk, RankPass, RankWalk
 from gradexplain.records.trace import TensorValue
 from gradexplain.records.walk import PassWalk
-from tests.helpers.distributed import NAMES, facts_local, facts_walk
+from tests.helpers.distributed import FACTS_SPEC as FACTS_SPEC
+from tests.helpers.distributed import NAMES as NAMES
+from tests.helpers.distributed import facts_local as facts_local
+from tests.helpers.distributed import facts_walk
 
 DEFAULTS = DDPOptions()
 
@@ -42,6 +45,21 @@ def close(value: TensorValue | None, expected: torch.Tensor) -> bool:
     got = tensor(value)
     return got.shape == expected.shape and torch.allclose(got, expected.double(), atol=1e-6,
                                                           rtol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def ddp() -> DistributedWalk:
+    return facts_walk("ddp")
+
+
+@pytest.fixture(scope="module")
+def fsdp() -> DistributedWalk:
+    return facts_walk("fsdp")
+
+
+@pytest.fixture(scope="module")
+def no_sync() -> DistributedWalk:
+    return facts_walk("ddp", DDPOptions(no_sync=True))
 
 
 def walk_pass(rank: RankWalk, mode: str) -> PassWalk:

@@ -21,8 +21,8 @@ from gradexplain.records.distributed import DistributedWalk
 
 # The facts file's model (../shared/reference/ddp-hook-facts.md): Linear(2, 3) -> Tanh ->
 # Linear(3, 1) with its fixed weights, loss out.sum(); each rank's input below.
-FACTS_SPEC = """\
-name: ddp_hooks
+FACTS_MODEL = """\
+name: facts
 seed: 0
 inputs:
   x: {value: [[1.0, 2.0]]}
@@ -35,7 +35,7 @@ forward: ["h = fc1(x)", "a = act(h)", "out = fc2(a)", "loss = sum(out)"]
 backward: loss
 """
 FACTS_INPUTS: tuple[dict[str, Any], ...] = ({"x": [[1.0, 2.0]]}, {"x": [[-1.0, 0.5]]})
-FACTS_FILE = "ddp_hooks.yaml"
+FACTS_FILE = "facts.yaml"
 # The spec's names and nn.Sequential's for the same parameters.
 NAMES = {"fc1.weight": "0.weight", "fc1.bias": "0.bias", "fc2.weight": "2.weight",
          "fc2.bias": "2.bias"}
@@ -62,25 +62,15 @@ def facts_local(rank: int) -> dict[str, torch.Tensor]:
     return {name: grad.clone() for name, grad in found.items() if grad is not None}
 
 
-def _mini_launch() -> Any:
-    # TEMPORARY until distributed/launch.py is on main: the spike's fork launcher.
-    import importlib.util
-
-    found = importlib.util.spec_from_file_location("minilaunch", "/tmp/spike/minilaunch.py")
-    assert found is not None and found.loader is not None
-    module = importlib.util.module_from_spec(found)
-    found.loader.exec_module(module)
-    return module.run_ranks
-
-
-_LAUNCH = _mini_launch()
-
-
 def with_ranks(text: str, inputs: Sequence[Mapping[str, Any]]) -> str:
     """Spec text with a `distributed:` section giving rank r the values `inputs[r]`."""
     lines = ["distributed:", f"  ranks: {len(inputs)}", "  inputs:"]
     lines += [f"    - {json.dumps(dict(values))}" for values in inputs]
     return text.rstrip("\n") + "\n" + "\n".join(lines) + "\n"
+
+
+# The facts model with its `distributed:` section, as a spec file would hold it.
+FACTS_SPEC = with_ranks(FACTS_MODEL, FACTS_INPUTS)
 
 
 def distributed_plan(text: str, inputs: Sequence[Mapping[str, Any]], wrap: WrapKind,
@@ -100,13 +90,14 @@ def distributed_walk(text: str, inputs: Sequence[Mapping[str, Any]], wrap: WrapK
                      options: DDPOptions | None = None,
                      name: str = FACTS_FILE) -> DistributedWalk:
     """The distributed walk of `distributed_plan`, its ranks forked by the real launcher."""
-    return capture_distributed(distributed_plan(text, inputs, wrap, options, name), _LAUNCH)
+    return capture_distributed(distributed_plan(text, inputs, wrap, options, name))
 
 
 def facts_walk(wrap: WrapKind, options: DDPOptions | None = None) -> DistributedWalk:
     """The facts file's model on its two ranks."""
-    return distributed_walk(FACTS_SPEC, FACTS_INPUTS, wrap, options)
+    return distributed_walk(FACTS_MODEL, FACTS_INPUTS, wrap, options)
 
 
-__all__ = ["FACTS_FILE", "FACTS_INPUTS", "FACTS_SPEC", "NAMES", "distributed_plan",
-           "distributed_walk", "facts_local", "facts_model", "facts_walk", "with_ranks"]
+__all__ = ["FACTS_FILE", "FACTS_INPUTS", "FACTS_MODEL", "FACTS_SPEC", "NAMES",
+           "distributed_plan", "distributed_walk", "facts_local", "facts_model", "facts_walk",
+           "with_ranks"]

@@ -23,10 +23,12 @@ from gradexplain.analysis.order import FiringOrder
 from gradexplain.language.model import DDPOptions, WrapKind
 from gradexplain.records.diff import FindingKind
 from gradexplain.records.distributed import Scope
+from gradexplain.records.distributed_diff import ChangeKind
 from gradexplain.records.session import SCHEMA as SESSION_SCHEMA
 from gradexplain.records.session import Session
 from gradexplain.records.trace import HookKind, Mode, Phase, RefusalReason, UserHook
 from gradexplain.records.walk import Derivation, Layout, Lessons, RunStep
+from gradexplain.render.distributed_diff_json import SCHEMA as DISTRIBUTED_DIFF_SCHEMA
 from gradexplain.render.distributed_json import SCHEMA as DISTRIBUTED_SCHEMA
 from gradexplain.render.json_diff import SCHEMA as DIFF_SCHEMA
 from gradexplain.render.json_walk import SCHEMA as WALK_SCHEMA
@@ -46,7 +48,8 @@ def schemas() -> dict[str, Schema]:
     """Every shipped schema, by file name."""
     return {file_name(WALK_SCHEMA): walk_schema(), file_name(DIFF_SCHEMA): diff_schema(),
             file_name(SESSION_SCHEMA): session_schema(),
-            file_name(DISTRIBUTED_SCHEMA): distributed_schema()}
+            file_name(DISTRIBUTED_SCHEMA): distributed_schema(),
+            file_name(DISTRIBUTED_DIFF_SCHEMA): distributed_diff_schema()}
 
 
 def render(schema: Schema) -> str:
@@ -663,6 +666,137 @@ def distributed_schema() -> Schema:
         "required": ["schema", "torch", "spec", "world_size", "wrap", "backend", "ddp", "ranks",
                      "reference", "pitfalls", "notes"],
         "$defs": {**contract, **added, **derived_defs},
+    }
+
+
+def _object(description: str, properties: dict[str, Schema]) -> Schema:
+    """An object schema requiring every key it lists."""
+    return {"description": description, "type": "object", "properties": properties,
+            "required": list(properties)}
+
+
+def _array(ref: str) -> Schema:
+    return {"type": "array", "items": {"$ref": f"#/$defs/{ref}"}}
+
+
+def distributed_diff_schema() -> Schema:
+    """render/distributed_diff_json.py's document, key by key."""
+    seq = {"type": ["integer", "null"]}
+    tensor: dict[str, Schema] = {
+        "shape": {"type": ["array", "null"], "items": {"type": "integer", "minimum": 0}},
+        "value": {"$ref": "#/$defs/values"}, "summary": {"$ref": "#/$defs/summary"}}
+    either = [{"required": ["value"]}, {"required": ["summary"]}]
+    whose = _object("Whose derivative a value under the wrapping is.", {
+        "scope": {"enum": _enum(Scope)},
+        "text": {"type": "string"},
+        "when": {"type": "string", "description": "When it was taken, relative to the "
+                                                  "all-reduce or reduce-scatter."},
+        "rows": {"type": ["array", "null"], "items": {"type": "integer"},
+                 "description": "FSDP2: the rows [start, stop) of the parameter this rank's "
+                                "shard holds."},
+    })
+    argument = _object("One argument of a call on both sides.", {
+        "name": {"type": "string"},
+        "single": _nullable("argument"),
+        "wrapped": _nullable("argument"),
+        "same_value": {"type": "boolean"},
+        "same_label": {"type": "boolean"},
+        "whose": _nullable("whose"),
+    })
+    argument["properties"] |= {
+        "whose_check": dict(_nullable("check"), description="Present where `whose` is: the "
+                            "check of the value as whose says (null: not checked)."),
+        "not_checked": {"type": "string", "description": "Present where whose has no check: "
+                                                         "why."}}
+    call = _object("One hook call: the occurrence-th call of hook on target (by the user's "
+                   "function `user`, null: gradexplain's own) in one process and under the "
+                   "wrapping.", {
+                       "hook": {"enum": _enum(HookKind)},
+                       "target": {"type": "string"},
+                       "node": {"type": ["string", "null"],
+                                "description": "A node hook's node, by the name autograd "
+                                               "gives it; matched by it, not by target."},
+                       "user": {"type": ["string", "null"]},
+                       "occurrence": {"type": "integer", "minimum": 1},
+                       "run": {"type": "integer", "minimum": 0},
+                       "single_seq": seq,
+                       "wrapped_seq": seq,
+                       "kind": {"enum": _enum(ChangeKind)},
+                       "args": _array("distributed_argument"),
+                       "reason": {"type": "string", "description": "Why, in one line (\"\" "
+                                                                   "where nothing changed)."},
+                   })
+    slot = _object("One parameter's slot in a DDP bucket.", {
+        "parameter": {"type": "string"},
+        "before": {"$ref": "#/$defs/tensor"}, "before_check": _nullable("check"),
+        "after": {"$ref": "#/$defs/tensor"}, "after_check": _nullable("check"),
+        "changed_by": {"type": ["string", "null"]},
+    })
+    bucket = _object("A call of DDP's communication hook, which only the wrapped run makes.", {
+        "index": {"type": "integer", "minimum": 0},
+        "run": {"type": "integer", "minimum": 0},
+        "after_seq": seq,
+        "slots": _array("slot"),
+        "reason": {"type": "string"},
+    })
+    single_grad = dict(_object("A .grad in one process.", {
+        **tensor, "check": _nullable("check")}), anyOf=either)
+    single_grad["required"] = ["shape", "check"]
+    wrapped_grad = dict(_object("A .grad under the wrapping.", {
+        **tensor, "whose": {"$ref": "#/$defs/whose"}, "check": _nullable("check")}),
+        anyOf=either)
+    wrapped_grad["required"] = ["shape", "whose", "check"]
+    wrapped_grad["properties"]["not_checked"] = {"type": "string"}
+    grad = _object("A leaf's .grad after the pass in one process and under the wrapping.", {
+        "name": {"type": "string"},
+        "changed": {"type": "boolean", "description": "Read from whose, not the numbers."},
+        "equal": {"type": "boolean", "description": "Whether the numbers agree all the same."},
+        "single": {"anyOf": [single_grad, {"type": "null"}]},
+        "wrapped": {"anyOf": [wrapped_grad, {"type": "null"}]},
+        "reason": {"type": "string"},
+    })
+    passed = _object("One pass of one rank.", {
+        "mode": {"enum": _enum(Mode)},
+        "single_calls": {"type": "integer", "minimum": 0},
+        "wrapped_calls": {"type": "integer", "minimum": 0},
+        "calls": _array("distributed_call"),
+        "buckets": _array("bucket"),
+        "grads": _array("grad"),
+    })
+    input_ = dict(_object("One of the rank's inputs.", {"name": {"type": "string"}, **tensor}),
+                  anyOf=either)
+    input_["required"] = ["name", "shape"]
+    rank = _object("One rank: each pass in one process and under the wrapping.", {
+        "rank": {"type": "integer", "minimum": 0},
+        "inputs": _array("input"),
+        "passes": _array("distributed_pass"),
+        "verdict": {"type": "string"},
+    })
+    tensor_def = dict(_object("A recorded tensor: `value`, or `summary` for one recorded as "
+                              "a summary.", tensor), anyOf=either)
+    tensor_def["required"] = ["shape"]
+    return {
+        "$schema": DRAFT,
+        "title": DISTRIBUTED_DIFF_SCHEMA,
+        "description": "gradexplain diff SPEC --ranks N --format json: each rank's "
+                       "single-process walk beside its walk under DDP or FSDP2, hook call by "
+                       "hook call. Each side of an argument is an argument exactly as walk "
+                       "JSON writes it. New keys may be added, so every object allows more.",
+        "type": "object",
+        "properties": {
+            "schema": {"const": DISTRIBUTED_DIFF_SCHEMA},
+            "torch": {"type": "string"},
+            "spec": {"type": "string"},
+            "name": {"type": "string"},
+            "world_size": {"type": "integer", "minimum": 1},
+            "wrap": {"enum": ["ddp", "fsdp"]},
+            "ranks": _array("rank"),
+        },
+        "required": ["schema", "torch", "spec", "name", "world_size", "wrap", "ranks"],
+        "$defs": {"rank": rank, "input": input_, "distributed_pass": passed,
+                  "distributed_call": call, "distributed_argument": argument, "whose": whose,
+                  "bucket": bucket, "slot": slot, "grad": grad, "tensor": tensor_def,
+                  **contract_defs()},
     }
 
 

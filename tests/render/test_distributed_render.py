@@ -25,12 +25,27 @@ from gradexplain.render.distributed_text import distributed_text
 from gradexplain.render.json_stream import json_text
 from gradexplain.render.json_walk import pass_json
 from gradexplain.render.outputs import distributed_walk_output
-from tests.helpers.distributed import FACTS_INPUTS, NAMES, facts_local
+from tests.helpers.distributed import FACTS_INPUTS, NAMES, facts_local, facts_walk
 from tests.helpers.golden_json import json_mismatch
 from tests.helpers.mdcheck import assert_markdown_well_formed, tables
 from tests.helpers.schemacheck import assert_valid
 
 WIDTH = 100
+
+
+@pytest.fixture(scope="module")
+def ddp() -> DistributedWalk:
+    return facts_walk("ddp")
+
+
+@pytest.fixture(scope="module")
+def fsdp() -> DistributedWalk:
+    return facts_walk("fsdp")
+
+
+@pytest.fixture(scope="module")
+def no_sync() -> DistributedWalk:
+    return facts_walk("ddp", DDPOptions(no_sync=True))
 
 
 def mean_grads() -> dict[str, torch.Tensor]:
@@ -154,7 +169,7 @@ def test_json_fsdp_shards_and_silence(fsdp: DistributedWalk) -> None:
 def test_json_documents_validate(ddp: DistributedWalk, fsdp: DistributedWalk,
                                  no_sync: DistributedWalk) -> None:
     for walk in (ddp, fsdp, no_sync):
-        assert_valid(document(walk), "distributed", f"{walk.wrap} document")
+        assert_valid(document(walk), "walk-distributed", f"{walk.wrap} document")
 
 
 def joined(output: Any) -> str:
@@ -323,8 +338,8 @@ def json_golden(data: dict[str, Any]) -> str:
 @pytest.mark.parametrize("wrap", ["ddp", "fsdp"])
 def test_golden(wrap: str, request: pytest.FixtureRequest, golden: Any) -> None:
     walk: DistributedWalk = request.getfixturevalue(wrap)
-    golden(f"walk_distributed/ddp_hooks_{wrap}.txt", text_of(walk, timeline=True) + "\n")
-    golden(f"walk_distributed/ddp_hooks_{wrap}.json", json_golden(document(walk)),
+    golden(f"walk_distributed/facts_{wrap}.txt", text_of(walk, timeline=True) + "\n")
+    golden(f"walk_distributed/facts_{wrap}.json", json_golden(document(walk)),
            mismatch=json_mismatch)
 
 

@@ -28,12 +28,12 @@ def test_docs_json_examples_validate() -> None:
                     if schema_id == example.get("schema"))
         kinds[name] += 1
         assert_valid(example, name, f"docs/json.md's {name} example")
-    assert kinds["walk"] and kinds["diff"], kinds
+    assert kinds["walk"] and kinds["diff"] and kinds["diff-distributed"], kinds
 
 
 def test_docs_name_every_key_of_the_hand_built_parts() -> None:
     text = DOCS.read_text(encoding="utf-8")
-    names: list[SchemaName] = ["walk", "diff", "distributed"]
+    names: list[SchemaName] = ["walk", "diff", "walk-distributed", "diff-distributed"]
     for name in names:
         schema = load_schema(name)
         parts = [schema, *(part for part in schema["$defs"].values()
