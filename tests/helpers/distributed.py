@@ -1,15 +1,17 @@
 """Distributed walks for tests: a Plan from spec text and each rank's inputs, run through
-`capture_distributed` as `walk --ranks N` runs it. Each run forks its ranks (2-4 s), so a test
-module holds one per configuration in a module-scoped fixture.
+`capture_distributed` as `walk --ranks N` runs it; and the facts file's model, as a spec, as plain
+torch (the oracle of its gradients) and as a module-scoped fixture (`facts_fixture`). Each run
+forks its ranks (2-4 s), so a test module holds one per configuration.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import pytest
 import torch
 from torch import nn
 
@@ -98,6 +100,18 @@ def facts_walk(wrap: WrapKind, options: DDPOptions | None = None) -> Distributed
     return distributed_walk(FACTS_MODEL, FACTS_INPUTS, wrap, options)
 
 
+def facts_fixture(name: str, wrap: WrapKind,
+                  options: DDPOptions | None = None) -> Callable[[], DistributedWalk]:
+    """A module-scoped fixture `name`: the facts model's walk, run once per test module that
+    sets `name = facts_fixture(name, ...)`."""
+
+    @pytest.fixture(scope="module", name=name)
+    def made() -> DistributedWalk:
+        return facts_walk(wrap, options)
+
+    return made
+
+
 __all__ = ["FACTS_FILE", "FACTS_INPUTS", "FACTS_MODEL", "FACTS_SPEC", "NAMES",
-           "distributed_plan", "distributed_walk", "facts_local", "facts_model", "facts_walk",
-           "with_ranks"]
+           "distributed_plan", "distributed_walk", "facts_fixture", "facts_local", "facts_model",
+           "facts_walk", "with_ranks"]

@@ -25,7 +25,7 @@ from gradexplain.render.distributed_text import distributed_text
 from gradexplain.render.json_stream import json_text
 from gradexplain.render.json_walk import pass_json
 from gradexplain.render.outputs import distributed_walk_output
-from tests.helpers.distributed import FACTS_INPUTS, NAMES, facts_local, facts_walk
+from tests.helpers.distributed import FACTS_INPUTS, NAMES, facts_fixture, facts_local
 from tests.helpers.golden_json import json_mismatch
 from tests.helpers.mdcheck import assert_markdown_well_formed, tables
 from tests.helpers.schemacheck import assert_valid
@@ -33,19 +33,9 @@ from tests.helpers.schemacheck import assert_valid
 WIDTH = 100
 
 
-@pytest.fixture(scope="module")
-def ddp() -> DistributedWalk:
-    return facts_walk("ddp")
-
-
-@pytest.fixture(scope="module")
-def fsdp() -> DistributedWalk:
-    return facts_walk("fsdp")
-
-
-@pytest.fixture(scope="module")
-def no_sync() -> DistributedWalk:
-    return facts_walk("ddp", DDPOptions(no_sync=True))
+ddp = facts_fixture("ddp", "ddp")
+fsdp = facts_fixture("fsdp", "fsdp")
+no_sync = facts_fixture("no_sync", "ddp", DDPOptions(no_sync=True))
 
 
 def mean_grads() -> dict[str, torch.Tensor]:
