@@ -22,17 +22,18 @@ from tests.helpers.cli import REPO, SPECS
 
 SPEC_COUNT = len(list(SPECS.glob("*.yaml")))
 
-# The golden files (a report, a diff, the walk's JSON and timeline per spec) and the
-# byte-identical outputs across processes with different hash seeds and thread counts.
+# The golden files (a report, a diff, the walk's JSON and timeline per spec, walk --ranks 2's)
+# and the byte-identical outputs across processes with different hash seeds and thread counts.
 TESTS = [
     "tests/render/test_report.py::test_report_matches_its_golden_file",
     "tests/render/test_report.py::test_diff_matches_its_golden_file",
     "tests/render/test_walk_golden.py",
+    "tests/render/test_distributed_render.py::test_golden",
     "tests/test_determinism.py::test_every_output_is_byte_identical_across_processes",
 ]
 # A report and a diff per spec, the walk's JSON and timeline per spec and two Python models'
-# JSON, and the determinism test.
-EXPECTED_PASSED = 4 * SPEC_COUNT + 2 + 1
+# JSON, walk --ranks 2's text and JSON under DDP and FSDP2, and the determinism test.
+EXPECTED_PASSED = 4 * SPEC_COUNT + 2 + 2 + 1
 
 FLOAT_PATHS = {
     "mkl-compatible": {"MKL_CBWR": "COMPATIBLE"},

@@ -62,7 +62,9 @@ def _local_hook(ranks: Sequence[RankWalk], hook: str, key: str, title: str,
         assert rank_pass is not None
         walk_pass = next(item for item in ranks[0].walk.passes if item.mode == rank_pass.mode)
         event = next(item for item in walk_pass.events if item.seq == scoped.seq)
-        if event.hook != hook:
+        # Only a hook that got this rank's own value (FSDP2's post-accumulate hooks get the
+        # averaged shard: the pitfall is not there).
+        if event.hook != hook or scoped.whose.scope != "local":
             continue
         grad = next((item for item in rank_pass.grads if item.name == event.target), None)
         if grad is None or grad.whose.scope != "mean":

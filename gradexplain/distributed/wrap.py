@@ -10,11 +10,7 @@ from typing import Any
 from gradexplain.capture.build import Built, Wrap
 from gradexplain.errors import ModelRunError, first_line
 from gradexplain.language.model import DDPOptions, WrapKind
-
-WRAPPERS: dict[WrapKind, str] = {
-    "ddp": "DistributedDataParallel",
-    "fsdp": "FSDP2 (fully_shard)",
-}
+from gradexplain.records.distributed import WRAPPERS
 
 
 def wrapper(kind: WrapKind, options: DDPOptions, world_size: int) -> Wrap:
@@ -60,4 +56,4 @@ def _fsdp(built: Built, world_size: int) -> Any:
     return fully_shard(built.model, mesh=init_device_mesh("cpu", (world_size,)))
 
 
-__all__ = ["WRAPPERS", "wrapper"]
+__all__ = ["wrapper"]

@@ -21,6 +21,12 @@ from gradexplain.records.check import Check, Failure
 from gradexplain.records.trace import HookKind, Mode, TensorValue
 from gradexplain.records.walk import Walk
 
+# Each wrapping as a reader knows it (what the walk says it ran, and what torch refused).
+WRAPPERS: dict[WrapKind, str] = {
+    "ddp": "DistributedDataParallel",
+    "fsdp": "FSDP2 (fully_shard)",
+}
+
 # Whose derivative a value is: this rank's own loss's, or the sum or mean over every rank's.
 Scope = Literal["local", "sum", "mean"]
 
@@ -188,5 +194,6 @@ class DistributedWalk:
                                           "the sum over ranks", slot.after_check)
 
 
-__all__ = ["BucketSlot", "CheckedBucket", "DistributedGrad", "DistributedWalk", "Pitfall",
-           "RankPass", "RankWalk", "ReferenceGrad", "Scope", "ScopedArg", "Silent", "Whose"]
+__all__ = ["WRAPPERS", "BucketSlot", "CheckedBucket", "DistributedGrad", "DistributedWalk",
+           "Pitfall", "RankPass", "RankWalk", "ReferenceGrad", "Scope", "ScopedArg", "Silent",
+           "Whose"]

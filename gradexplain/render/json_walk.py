@@ -37,7 +37,7 @@ def walk_document(walk: Walk) -> Fields:
         "schema": SCHEMA,
         "torch": walk.torch,
         "spec": walk.spec,
-        "passes": Items(map(_pass, walk.passes)),
+        "passes": Items(map(pass_json, walk.passes)),
         # Beyond the contract's keys: every call in order, with .grad around it and errors.
         "runs": Items(map(to_data, walk.runs)),
         # Beyond the contract: the chain rule each argument's `step` points into.
@@ -60,11 +60,12 @@ def _derivation_json(derivation: Derivation) -> Any:
         for line in derivation.lines)))
 
 
-def _pass(walk_pass: PassWalk) -> Fields:
+def pass_json(walk_pass: PassWalk) -> Fields:
+    """One pass as the contract writes it (also each rank's pass of `walk --ranks N`)."""
     result = Fields({
         "mode": walk_pass.mode,
         "events": Items(map(_event, walk_pass.events)),
-        "grads": {grad.name: _plain(grad.value) for grad in walk_pass.grads},
+        "grads": {grad.name: plain_values(grad.value) for grad in walk_pass.grads},
         # Beyond the contract: the modules torch refuses full hooks on, and why.
         "refusals": [refusal_json(refusal) for refusal in walk_pass.refusals],
     })
@@ -122,7 +123,7 @@ def tensor_json(value: TensorValue | None) -> dict[str, Any]:
         result["summary"] = {key: _number(getattr(summary, key))
                              for key in ("min", "max", "mean", "norm")}
     else:
-        result["value"] = _plain(value)
+        result["value"] = plain_values(value)
     return result
 
 
@@ -166,7 +167,7 @@ def _check(check: Check) -> dict[str, Any]:
     return result
 
 
-def _plain(value: TensorValue | None) -> Any:
+def plain_values(value: TensorValue | None) -> Any:
     """The values as JSON holds them: the record's own lists when every number is finite
     (checked once for the tensor), else a copy with null for each NaN and infinity."""
     if value is None or value.value is None:

@@ -79,19 +79,19 @@ def _header(walk: Walk) -> str:
     if walk.about:
         parts.append(escape(walk.about, block=True))
     if walk.interventions:
-        parts.append(_alert("NOTE", "The two hook passes run without the spec's "
+        parts.append(alert("NOTE", "The two hook passes run without the spec's "
                                     "interventions, so every label keeps its meaning; each "
                                     "intervention is compared with and without it in its own "
                                     "section."))
     failures = walk.failures()
     if failures:
-        parts.append(_alert("CAUTION", f"{bold(_failed_count(walk, failures))}: these labels "
+        parts.append(alert("CAUTION", f"{bold(_failed_count(walk, failures))}: these labels "
                                        "are wrong or the run differs; every failure is listed "
                                        "under Checks."))
     return blocks(*parts)
 
 
-def _alert(kind: str, body: str) -> str:
+def alert(kind: str, body: str) -> str:
     """A GitHub alert box (`> [!CAUTION]`); elsewhere it reads as a plain block quote."""
     return "\n".join([f"> [!{kind}]", *(f"> {line}" if line else ">"
                                          for line in body.split("\n"))])
@@ -122,7 +122,7 @@ def pass_markdown(walk_pass: PassWalk, level: int = 2, warnings: bool = True) ->
              "order the hooks ran.")
     parts = [heading(level, f"Hook timeline: {mode} pass"), intro]
     if walk_pass.graph_changed:
-        parts.append(_alert("NOTE", escape(walk_pass.graph_changed)))
+        parts.append(alert("NOTE", escape(walk_pass.graph_changed)))
     if walk_pass.user_hooks:
         parts.append(bullets([escape(user_hook_line(hook, mode))
                               for hook in walk_pass.user_hooks]))
@@ -218,8 +218,8 @@ def checks_markdown(walk: Walk, level: int = 3) -> str:
     if failures:
         lines = [bold(_failed_count(walk, failures)) +
                  ": these labels are wrong or the run differs.", "",
-                 *(f"- {_failure(failure)}" for failure in failures)]
-        parts += [heading(level, "Failed checks"), _alert("CAUTION", "\n".join(lines))]
+                 *(f"- {failure_item(failure)}" for failure in failures)]
+        parts += [heading(level, "Failed checks"), alert("CAUTION", "\n".join(lines))]
     else:
         parts.append(f"✓ All {fmt(total)} checks verified against a hook-free run of the same "
                      "spec.")
@@ -248,10 +248,11 @@ def _failed_count(walk: Walk, failures: Sequence[Failure]) -> str:
     return f"✗ {fmt(len(failures))} of {fmt(total)} checks FAILED"
 
 
-def _failure(failure: Failure) -> str:
+def failure_item(failure: Failure, reference: str = "the hook-free run") -> str:
+    """A failed check as a list item: where, the claim, what `reference` gives instead."""
     mode = f"{failure.mode} pass, " if failure.mode else ""
     expected = value_cell(failure.check.expected)
-    return (f"✗ {mode}{code(failure.where)}: claimed {escape(failure.claim)}; the hook-free run "
+    return (f"✗ {mode}{code(failure.where)}: claimed {escape(failure.claim)}; {reference} "
             f"gives {expected} (error {fmt(failure.check.max_abs_err)})")
 
 
@@ -282,6 +283,6 @@ def forward_values_markdown(session: Session, level: int = 3) -> str:
         ["tensor", "other names", "shape", "requires grad", "leaf", "value"], rows))
 
 
-__all__ = ["check_cell", "checks_markdown", "display_node",
+__all__ = ["alert", "check_cell", "checks_markdown", "display_node", "failure_item",
            "forward_values_markdown", "pass_markdown", "timeline_markdown", "timeline_table",
            "walk_markdown"]

@@ -1,6 +1,6 @@
-"""What `walk` and `diff` print in each format, chosen in one place: JSON as pieces of text
-made as they are printed (`json_stream`), markdown as a string, text as a rich renderable, for
-`cli` to print. Renderers return values; nothing prints here.
+"""What `walk`, `walk --ranks N` and `diff` print in each format, chosen in one place: JSON as
+pieces of text made as they are printed (`json_stream`), markdown as a string, text as a rich
+renderable, for `cli` to print. Renderers return values; nothing prints here.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 
     from gradexplain.analysis.order import FiringOrder
     from gradexplain.records.diff import HookDiff
+    from gradexplain.records.distributed import DistributedWalk
     from gradexplain.records.pinned import PinnedView
     from gradexplain.records.walk import Walk
 
@@ -93,4 +94,23 @@ def diff_output(result: HookDiff, walk: Walk, view: PinnedView,
     return Group(diff_text(result), *(pinned_text(item) for item in view.derivations))
 
 
-__all__ = ["Output", "OutputFormat", "diff_output", "walk_output"]
+@collector_paused()
+def distributed_walk_output(walk: DistributedWalk, output_format: OutputFormat,
+                            timeline: bool = False, pretty: bool = False) -> Output:
+    """`walk --ranks N` in `output_format`: the answer first; each rank's timelines only with
+    `timeline` (JSON always holds every event)."""
+    if output_format == "json":
+        from gradexplain.render.distributed_json import distributed_document
+        from gradexplain.render.json_stream import json_chunks
+
+        return json_chunks(distributed_document(walk), pretty)
+    if output_format == "markdown":
+        from gradexplain.render.distributed_markdown import distributed_markdown
+
+        return distributed_markdown(walk, timeline=timeline)
+    from gradexplain.render.distributed_text import distributed_text
+
+    return distributed_text(walk, timeline=timeline)
+
+
+__all__ = ["Output", "OutputFormat", "diff_output", "distributed_walk_output", "walk_output"]

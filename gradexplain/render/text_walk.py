@@ -7,6 +7,8 @@ text_pinned.py's; a deep model's repeated blocks fold (folding.py; `--all-blocks
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 from rich.console import Group, RenderableType
 from rich.padding import Padding
 from rich.text import Text
@@ -17,7 +19,7 @@ from gradexplain.records.paths import module_title
 from gradexplain.records.pinned import PinnedView
 from gradexplain.records.refusals import refusal_text
 from gradexplain.records.trace import TensorValue
-from gradexplain.records.walk import Check, LabelledEvent, PassWalk, Walk
+from gradexplain.records.walk import Check, Failure, LabelledEvent, PassWalk, Walk
 from gradexplain.render.collapse import shape_key
 from gradexplain.render.folding import Outline, fold_repeats
 from gradexplain.render.lessons import lessons_text
@@ -56,7 +58,7 @@ def walk_text(walk: Walk, view: PinnedView | None = None, *, collapse: bool = Tr
                            *other_graph_lines(view.other_graph), Text("")))
     parts += lessons_text(walk)
     for walk_pass in walk.passes:
-        parts.append(_pass(walk_pass, collapse) if timeline else _pass_notes(walk_pass))
+        parts.append(pass_text(walk_pass, collapse) if timeline else _pass_notes(walk_pass))
     parts.append(_verdict(walk))
     return Group(*parts)
 
@@ -98,15 +100,23 @@ def _notes(walk_pass: PassWalk) -> list[RenderableType]:
     return notes
 
 
-def _pass(walk_pass: PassWalk, collapse: bool) -> RenderableType:
-    parts: list[RenderableType] = [Text(PASS_TITLES[walk_pass.mode], style="bold underline"),
-                                   *_notes(walk_pass)]
+def pass_text(walk_pass: PassWalk, collapse: bool, title: str | None = None,
+              after: Mapping[int | None, Sequence[RenderableType]] | None = None
+              ) -> RenderableType:
+    """One pass's timeline under `title` (default: the pass's own), each event followed by
+    what `after` holds for its seq (None: before the first event), unfolded (a `walk --ranks`
+    rank's DDP buckets, between the hook calls they followed)."""
+    after = after or {}
+    parts: list[RenderableType] = [Text(title or PASS_TITLES[walk_pass.mode],
+                                        style="bold underline"),
+                                   *_notes(walk_pass), *after.get(None, ())]
     # Each event's rows made once: they set the columns, then are laid out in them.
     events = [(event, _arg_rows(event)) for event in walk_pass.events]
     # One set of columns for the whole pass, so they do not shift from event to event.
     columns = Columns.of(row for _, rows in events for row in rows)
-    parts += fold_repeats(events, lambda item: _event(*item, columns),
-                          lambda item: _event_outline(item[0]), "events", collapse)
+    parts += fold_repeats(
+        events, lambda item: _followed(_event(*item, columns), after.get(item[0].seq)),
+        lambda item: _event_outline(item[0], item[0].seq in after), "events", collapse)
     if walk_pass.grads:
         rows = tuple(Row(f"{grad.name}.grad =", "", grad.value,
                          _changed_mark(grad.modified_by) or check_mark(grad.check))
@@ -117,6 +127,11 @@ def _pass(walk_pass: PassWalk, collapse: bool) -> RenderableType:
         parts += warnings_text(walk_pass.warnings)
     parts.append(Text(""))
     return Group(*parts)
+
+
+def _followed(shown: RenderableType,
+              following: Sequence[RenderableType] | None) -> RenderableType:
+    return shown if not following else Group(shown, *following)
 
 
 def _event(event: LabelledEvent, rows: tuple[Row, ...], columns: Columns) -> RenderableType:
@@ -151,7 +166,8 @@ def _arg_rows(event: LabelledEvent) -> tuple[Row, ...]:
     return tuple(rows)
 
 
-def _event_outline(event: LabelledEvent) -> Outline:
+def _event_outline(event: LabelledEvent, followed: bool = False) -> Outline:
+    """The event as folding sees it; `followed`: something is shown after it (never folded)."""
     rows = [f"{event.phase} {event.hook} {event.target} {event.node or ''} {event.user or ''}",
             event.why or "", f"{event.returned is not None} {event.changed}"]
     rows += [f"{arg.name} {arg.meaning.text if arg.meaning else ''} {_mark(arg.check)}"
@@ -159,7 +175,7 @@ def _event_outline(event: LabelledEvent) -> Outline:
     text = "\n".join(rows)
     checks = [arg.check for arg in event.args if arg.check is not None]
     failed = not all(check.verified for check in checks)
-    shape = None if failed else (event.run, shape_key(text),
+    shape = None if failed or followed else (event.run, shape_key(text),
                                  tuple(_size(arg.value) for arg in event.args))
     return Outline(text, shape, len(checks))
 
@@ -186,12 +202,17 @@ def display_node(name: str) -> str:
 
 
 def _verdict(walk: Walk) -> RenderableType:
-    total = len(walk.checks())
-    failures = walk.failures()
+    source = "model" if walk.whole_names else "spec"
+    return verdict_text(len(walk.checks()), walk.failures(),
+                        f"a hook-free run of the same {source}", "the hook-free run")
+
+
+def verdict_text(total: int, failures: Sequence[Failure], against: str,
+                 reference: str) -> RenderableType:
+    """The last line: every check verified against `against`, or each failure loudly, with
+    what `reference` (the run checked against) gives."""
     if not failures:
-        source = "model" if walk.whole_names else "spec"
-        return Text(f"all {total} checks verified against a hook-free run of the same {source}",
-                    style="bold green")
+        return Text(f"all {total} checks verified against {against}", style="bold green")
     lines: list[RenderableType] = [
         Text(f"{len(failures)} of {total} checks FAILED: these labels are wrong or the run "
              "differs", style="bold red")]
@@ -202,7 +223,7 @@ def _verdict(walk: Walk) -> RenderableType:
             lines.append(Text(f"  ✗ {mode}{failure.where}: {failure.claim}", style="red"))
             continue
         expected = fmt_value(failure.check.expected)
-        lines.append(Text(f"  ✗ {mode}{failure.where}: claimed {failure.claim}; the hook-free "
-                          f"run gives {expected} (error {fmt(failure.check.max_abs_err)})",
+        lines.append(Text(f"  ✗ {mode}{failure.where}: claimed {failure.claim}; {reference} "
+                          f"gives {expected} (error {fmt(failure.check.max_abs_err)})",
                           style="red"))
     return Group(*lines)

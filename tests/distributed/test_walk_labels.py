@@ -17,58 +17,19 @@ from torch import nn
 from gradexplain.capture.pymodel import python_source
 from gradexplain.distributed import label
 from gradexplain.distributed.label import Setup
-from gradexplain.distributed.plan import spec_plan, split_batch
+from gradexplain.distributed.plan import split_batch
 from gradexplain.distributed.run import Plan, capture_distributed
-from gradexplain.language import load_spec_text
 from gradexplain.language.model import DDPOptions, WrapKind
 from gradexplain.records.check import Check
 from gradexplain.records.distributed import DistributedWalk, RankPass, RankWalk
 from gradexplain.records.trace import TensorValue
 from gradexplain.records.walk import PassWalk
+from tests.helpers.distributed import FACTS_SPEC as FACTS_SPEC
+from tests.helpers.distributed import NAMES as NAMES
+from tests.helpers.distributed import facts_local as facts_local
+from tests.helpers.distributed import facts_walk
 
-FACTS_SPEC = """
-name: facts
-seed: 0
-inputs:
-  x: {value: [[1.0, 2.0]]}
-layers:
-  fc1: {Linear: {in_features: 2, out_features: 3}, weight: [[0.1, 0.2], [0.3, -0.4], [-0.5, 0.6]],
-        bias: [0.01, 0.02, 0.03]}
-  act: Tanh
-  fc2: {Linear: {in_features: 3, out_features: 1}, weight: [[0.7, -0.8, 0.9]], bias: [0.05]}
-forward: ["h = fc1(x)", "a = act(h)", "out = fc2(a)", "loss = sum(out)"]
-backward: loss
-distributed:
-  ranks: 2
-  inputs:
-    - {x: [[1.0, 2.0]]}
-    - {x: [[-1.0, 0.5]]}
-"""
-FACTS_INPUTS = ([[1.0, 2.0]], [[-1.0, 0.5]])
 DEFAULTS = DDPOptions()
-# The spec's names and nn.Sequential's for the same parameters.
-NAMES = {"fc1.weight": "0.weight", "fc1.bias": "0.bias", "fc2.weight": "2.weight",
-         "fc2.bias": "2.bias"}
-
-
-def facts_model() -> nn.Sequential:
-    """The facts file's model, written out in plain torch."""
-    model = nn.Sequential(nn.Linear(2, 3), nn.Tanh(), nn.Linear(3, 1))
-    values = {"0.weight": [[0.1, 0.2], [0.3, -0.4], [-0.5, 0.6]], "0.bias": [0.01, 0.02, 0.03],
-              "2.weight": [[0.7, -0.8, 0.9]], "2.bias": [0.05]}
-    with torch.no_grad():
-        for name, parameter in model.named_parameters():
-            parameter.copy_(torch.tensor(values[name]))
-    return model
-
-
-def facts_local(rank: int) -> dict[str, torch.Tensor]:
-    """Rank `rank`'s own gradients: its input alone, one process, no hooks."""
-    model = facts_model()
-    model(torch.tensor(FACTS_INPUTS[rank])).sum().backward()
-    grads = {name: parameter.grad for name, parameter in model.named_parameters()}
-    found = {name: grads[torch_name] for name, torch_name in NAMES.items()}
-    return {name: grad.clone() for name, grad in found.items() if grad is not None}
 
 
 def verified(check: Check | None) -> bool:
@@ -84,15 +45,6 @@ def close(value: TensorValue | None, expected: torch.Tensor) -> bool:
     got = tensor(value)
     return got.shape == expected.shape and torch.allclose(got, expected.double(), atol=1e-6,
                                                           rtol=1e-5)
-
-
-def facts_walk(wrap: WrapKind, options: DDPOptions = DEFAULTS) -> DistributedWalk:
-    spec = load_spec_text(FACTS_SPEC, "facts.yaml")
-    if options != DDPOptions():
-        assert spec.distributed is not None
-        spec = dataclasses.replace(spec, distributed=dataclasses.replace(spec.distributed,
-                                                                         ddp=options))
-    return capture_distributed(spec_plan(spec, "facts.yaml", FACTS_SPEC, 2, wrap, None, 1))
 
 
 @pytest.fixture(scope="module")

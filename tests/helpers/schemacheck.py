@@ -26,6 +26,7 @@ from gradexplain.records.codec import to_data
 from gradexplain.records.session import SCHEMA as SESSION_SCHEMA
 from gradexplain.records.session import Session, session_json
 from gradexplain.render.distributed_diff_json import SCHEMA as DISTRIBUTED_DIFF_SCHEMA
+from gradexplain.render.distributed_json import SCHEMA as DISTRIBUTED_SCHEMA
 from gradexplain.render.json_diff import SCHEMA as DIFF_SCHEMA
 from gradexplain.render.json_diff import diff_json
 from gradexplain.render.json_walk import SCHEMA as WALK_SCHEMA
@@ -41,7 +42,7 @@ SCHEMA_DIR = Path(gradexplain.schemas.__file__).parent
 DOCS = REPO / "docs" / "json.md"
 SCHEMA_IDS: dict[SchemaName, str] = {
     "walk": WALK_SCHEMA, "diff": DIFF_SCHEMA, "session": SESSION_SCHEMA,
-    "diff-distributed": DISTRIBUTED_DIFF_SCHEMA}
+    "walk-distributed": DISTRIBUTED_SCHEMA, "diff-distributed": DISTRIBUTED_DIFF_SCHEMA}
 
 # DESIGN section 5, the contract, key by key: the walk schema's $defs (and "" for the document
 # itself) that must require them. An argument also needs `value`, or `summary` instead.

@@ -20,6 +20,7 @@ import typing
 from typing import Any, Union
 
 from gradexplain.analysis.order import FiringOrder
+from gradexplain.language.model import DDPOptions, WrapKind
 from gradexplain.records.diff import FindingKind
 from gradexplain.records.distributed import Scope
 from gradexplain.records.distributed_diff import ChangeKind
@@ -28,6 +29,7 @@ from gradexplain.records.session import Session
 from gradexplain.records.trace import HookKind, Mode, Phase, RefusalReason, UserHook
 from gradexplain.records.walk import Derivation, Layout, Lessons, RunStep
 from gradexplain.render.distributed_diff_json import SCHEMA as DISTRIBUTED_DIFF_SCHEMA
+from gradexplain.render.distributed_json import SCHEMA as DISTRIBUTED_SCHEMA
 from gradexplain.render.json_diff import SCHEMA as DIFF_SCHEMA
 from gradexplain.render.json_walk import SCHEMA as WALK_SCHEMA
 
@@ -46,6 +48,7 @@ def schemas() -> dict[str, Schema]:
     """Every shipped schema, by file name."""
     return {file_name(WALK_SCHEMA): walk_schema(), file_name(DIFF_SCHEMA): diff_schema(),
             file_name(SESSION_SCHEMA): session_schema(),
+            file_name(DISTRIBUTED_SCHEMA): distributed_schema(),
             file_name(DISTRIBUTED_DIFF_SCHEMA): distributed_diff_schema()}
 
 
@@ -324,7 +327,30 @@ def walk_schema() -> Schema:
                                         "pass's first call, every hook call numbered with the "
                                         "rule that puts it there."},
     }
-    contract = {
+    contract = walk_pass_defs(derived)
+    derived_defs = derived.sorted_defs()
+    assert not set(contract) & set(derived_defs), "a $defs name used twice"
+    return {
+        "$schema": DRAFT,
+        "title": WALK_SCHEMA,
+        "description": "gradexplain walk SPEC --format json. The contract keys (required here) "
+                       "do not change; new keys may be added, so every object allows more.",
+        "type": "object",
+        "properties": {
+            "schema": {"const": WALK_SCHEMA},
+            "torch": {"type": "string", "description": "torch.__version__ of the run."},
+            "spec": {"type": "string", "description": "The spec or model walked."},
+            "passes": {"type": "array", "items": {"$ref": "#/$defs/pass"}},
+            **extra,
+        },
+        "required": ["schema", "torch", "spec", "passes"],
+        "$defs": {**contract, **derived_defs},
+    }
+
+
+def walk_pass_defs(derived: Derived) -> dict[str, Schema]:
+    """A walk/1 pass and everything it is made of (its user hooks derived into `derived`)."""
+    return {
         "pass": {
             "description": "One pass: legacy (register_backward_hook) or full "
                            "(register_full_backward_pre_hook and register_full_backward_hook).",
@@ -398,24 +424,6 @@ def walk_schema() -> Schema:
             "required": ["seq", "phase", "hook", "target", "node", "args"],
         },
         **contract_defs(),
-    }
-    derived_defs = derived.sorted_defs()
-    assert not set(contract) & set(derived_defs), "a $defs name used twice"
-    return {
-        "$schema": DRAFT,
-        "title": WALK_SCHEMA,
-        "description": "gradexplain walk SPEC --format json. The contract keys (required here) "
-                       "do not change; new keys may be added, so every object allows more.",
-        "type": "object",
-        "properties": {
-            "schema": {"const": WALK_SCHEMA},
-            "torch": {"type": "string", "description": "torch.__version__ of the run."},
-            "spec": {"type": "string", "description": "The spec or model walked."},
-            "passes": {"type": "array", "items": {"$ref": "#/$defs/pass"}},
-            **extra,
-        },
-        "required": ["schema", "torch", "spec", "passes"],
-        "$defs": {**contract, **derived_defs},
     }
 
 
@@ -494,6 +502,170 @@ def diff_schema() -> Schema:
         "required": ["schema", "torch", "spec", "modules"],
         "$defs": {"module": module, "call": call, "row": row, **contract_defs(),
                   **derived.sorted_defs()},
+    }
+
+
+def distributed_schema() -> Schema:
+    """`walk --ranks N --format json`: each rank's pass is walk/1's (its $defs the same), plus
+    what the wrapping adds, written by hand as render/distributed_json.py builds it."""
+    derived = Derived(closed=False)
+    contract = walk_pass_defs(derived)
+    values = {"$ref": "#/$defs/values"}
+    check = _nullable("check")
+    base = contract["pass"]
+    rank_pass = {
+        **base,
+        "description": "One pass of one rank: walk/1's pass (its own walk, labelled and checked "
+                       "against this rank's hook-free run), then what the wrapping adds.",
+        "properties": {
+            **base["properties"],
+            "buckets": {"type": "array", "items": {"$ref": "#/$defs/bucket"},
+                        "description": "DDP's communication hook calls, in order (empty under "
+                                       "FSDP2 and where DDP all-reduced nothing)."},
+            "scoped": {"type": "array", "items": {"$ref": "#/$defs/scoped"},
+                       "description": "Hook arguments read as distributed values; an argument "
+                                      "not listed is this rank's own derivative."},
+            "distributed_grads": {"type": "array", "items": {"$ref": "#/$defs/distributed_grad"},
+                                  "description": "Each leaf's .grad after the pass, whose it "
+                                                 "is, checked."},
+            "silent": {"type": "array", "items": {"$ref": "#/$defs/silent"},
+                       "description": "Hooks the walk registered that never fired on this "
+                                      "rank, and why."},
+        },
+        "required": [*base["required"], "buckets", "scoped", "distributed_grads", "silent"],
+    }
+    whose = {
+        "description": "Whose derivative a value is and when it was taken.",
+        "type": "object",
+        "properties": {
+            "scope": {"enum": _enum(Scope),
+                      "description": "local: this rank's own loss's; sum or mean over ranks."},
+            "text": {"type": "string", "description": "The same in words."},
+            "when": {"type": "string",
+                     "description": "When, relative to the all-reduce (or reduce-scatter)."},
+            "rows": {"type": ["array", "null"], "items": {"type": "integer", "minimum": 0},
+                     "minItems": 2, "maxItems": 2,
+                     "description": "FSDP2: the rows [start, stop) of the parameter this rank's "
+                                    "shard holds; else null."},
+        },
+        "required": ["scope", "text", "when", "rows"],
+    }
+    slot = {
+        "description": "One parameter's slot in a bucket.",
+        "type": "object",
+        "properties": {
+            "parameter": {"type": "string"},
+            "before": {**values, "description": "As handed to the hook: this rank's own "
+                                                "gradient, unless a hook of the user's changed "
+                                                "it."},
+            "before_check": check,
+            "after": {**values, "description": "After the all-reduce, before the division: "
+                                               "the sum over ranks (null: never completed)."},
+            "after_check": check,
+            "changed_by": {"type": ["string", "null"],
+                           "description": "The user's hook that changed what this rank put "
+                                          "in (then nothing is checked)."},
+        },
+        "required": ["parameter", "before", "before_check", "after", "after_check",
+                     "changed_by"],
+    }
+    bucket = {
+        "description": "One call of DDP's communication hook.",
+        "type": "object",
+        "properties": {
+            "index": {"type": "integer", "minimum": 0},
+            "run": {"type": "integer", "minimum": 1,
+                    "description": "The backward call it belongs to."},
+            "after_seq": {"type": ["integer", "null"],
+                          "description": "The event of the pass it followed (null: before "
+                                         "every event)."},
+            "slots": {"type": "array", "items": {"$ref": "#/$defs/slot"}},
+        },
+        "required": ["index", "run", "after_seq", "slots"],
+    }
+
+    def read(description: str, fields: Schema) -> Schema:
+        """A value read as distributed: its own fields, whose it is, its check (and why not)."""
+        return {
+            "description": description,
+            "type": "object",
+            "properties": {**fields, "whose": {"$ref": "#/$defs/whose"}, "check": check,
+                           "not_checked": {"type": "string", "description": "Present only "
+                                           "where there is no check: why."}},
+            "required": [*fields, "whose", "check"],
+        }
+
+    scoped = read("One hook argument of the rank's pass read as a distributed value.",
+                  {"seq": {"type": "integer", "minimum": 0},
+                   "arg": {"type": "string", "description": "The argument's name."}})
+    grad = read("A leaf's .grad after the pass on this rank.",
+                {"name": {"type": "string"}, "value": values})
+    silent = {
+        "description": "A hook that never fired on this rank.",
+        "type": "object",
+        "properties": {"hook": {"enum": _enum(HookKind)}, "target": {"type": "string"},
+                       "why": {"type": "string"}},
+        "required": ["hook", "target", "why"],
+    }
+    rank = {
+        "description": "One rank: its inputs and its passes.",
+        "type": "object",
+        "properties": {
+            "rank": {"type": "integer", "minimum": 0},
+            "inputs": {"type": "object", "additionalProperties": values,
+                       "description": "This rank's value of each input, by name."},
+            "passes": {"type": "array", "items": {"$ref": "#/$defs/rank_pass"}},
+        },
+        "required": ["rank", "inputs", "passes"],
+    }
+    reference = {
+        "description": "A leaf's gradient in single-process runs of each rank's inputs: what "
+                       "every distributed value is checked against.",
+        "type": "object",
+        "properties": {"local": {"type": "array", "items": values,
+                                 "description": "Rank by rank (null: no gradient reached it)."},
+                       "mean": values},
+        "required": ["local", "mean"],
+    }
+    pitfall = {
+        "description": "What a user would get wrong here, shown with this walk's numbers.",
+        "type": "object",
+        "properties": {"key": {"type": "string"}, "title": {"type": "string"},
+                       "text": {"type": "string"}},
+        "required": ["key", "title", "text"],
+    }
+    ddp = dict(derived.of(DDPOptions), description="DDP's options as the spec set them "
+                                                   "(null under FSDP2).")
+    added = {"rank": rank, "rank_pass": rank_pass, "bucket": bucket, "slot": slot,
+             "scoped": scoped, "distributed_grad": grad, "whose": whose, "silent": silent,
+             "reference": reference, "pitfall": pitfall}
+    derived_defs = derived.sorted_defs()
+    assert not set(contract) & set(derived_defs) and not set(added) & set(contract)
+    return {
+        "$schema": DRAFT,
+        "title": DISTRIBUTED_SCHEMA,
+        "description": "gradexplain walk SPEC --ranks N --format json: each rank's walk under "
+                       "DDP or FSDP2, each of its passes a walk/1 pass plus what the wrapping "
+                       "adds. New keys may be added, so every object allows more.",
+        "type": "object",
+        "properties": {
+            "schema": {"const": DISTRIBUTED_SCHEMA},
+            "torch": {"type": "string"},
+            "spec": {"type": "string"},
+            "world_size": {"type": "integer", "minimum": 1},
+            "wrap": {"enum": _enum(WrapKind)},
+            "backend": {"type": "string", "description": "The process group's backend."},
+            "ddp": {"anyOf": [ddp, {"type": "null"}]},
+            "ranks": {"type": "array", "items": {"$ref": "#/$defs/rank"}},
+            "reference": {"type": "object", "additionalProperties": {"$ref": "#/$defs/reference"},
+                          "description": "By leaf name."},
+            "pitfalls": {"type": "array", "items": {"$ref": "#/$defs/pitfall"}},
+            "notes": {"type": "array", "items": {"type": "string"},
+                      "description": "What the run noticed that is not a check."},
+        },
+        "required": ["schema", "torch", "spec", "world_size", "wrap", "backend", "ddp", "ranks",
+                     "reference", "pitfalls", "notes"],
+        "$defs": {**contract, **added, **derived_defs},
     }
 
 

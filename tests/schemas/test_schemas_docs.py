@@ -33,7 +33,7 @@ def test_docs_json_examples_validate() -> None:
 
 def test_docs_name_every_key_of_the_hand_built_parts() -> None:
     text = DOCS.read_text(encoding="utf-8")
-    names: list[SchemaName] = ["walk", "diff", "diff-distributed"]
+    names: list[SchemaName] = ["walk", "diff", "walk-distributed", "diff-distributed"]
     for name in names:
         schema = load_schema(name)
         parts = [schema, *(part for part in schema["$defs"].values()
