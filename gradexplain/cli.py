@@ -52,6 +52,7 @@ if TYPE_CHECKING:
 
     from gradexplain.records.distributed import DistributedWalk
     from gradexplain.records.distributed_diff import DistributedDiff
+    from gradexplain.render.outputs import OutputFormat
     from gradexplain.records.session import Session
     from gradexplain.records.trace import HookKind
 
@@ -444,7 +445,7 @@ def _ranks_diff(spec: str | None, load: Path | None,
 
 
 def _walk_distributed(spec: str | None, load: Path | None, options: RunOptions,
-                      output_format: str, timeline: bool, pretty: bool) -> None:
+                      output_format: OutputFormat, timeline: bool, pretty: bool) -> None:
     """`walk --ranks N`: every rank's walk under DDP or FSDP2, shown; exit 1 on a failed
     check."""
     from gradexplain.render.outputs import distributed_walk_output
