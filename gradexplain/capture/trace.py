@@ -135,8 +135,9 @@ class _Recorder:
         """The top-level name if the tensor has one, else the first module-qualified one."""
         return canonical_name(self.tensor_names[index]) or f"tensor#{index}"
 
-    def named(self, name: str, value: Any) -> None:
-        """A step (or argument, or leaf) gave `value` a name; hook it the first time we see it.
+    def named(self, name: str, value: Any, hook: bool = True) -> None:
+        """A step (or argument, or leaf) gave `value` a name; hook it the first time we see it
+        (unless not to `hook`).
 
         A name belongs to the first tensor that gets it. When the same name comes again for
         another tensor (a module called a second time), that tensor is named `name@2`, and so on.
@@ -161,8 +162,17 @@ class _Recorder:
         first = not self.tensor_names[index]
         self.tensor_names[index].append(name)
         self.name_owner[name] = index
-        if first and value.requires_grad:
+        if first and hook and value.requires_grad:
             self.hooks.enter_context(value.register_hook(self.tensor_hook(index)))
+
+    def name_gathered(self, path: str, module: nn.Module) -> None:
+        """FSDP2 runs a module's forward on parameters it has all-gathered, tensors of their
+        own in place of the sharded ones the walk hooked: each is named after its parameter
+        (`fc2.weight:gathered`), so that labels say what it is. Not hooked: no user's hook is
+        on it either. Under DDP, and in one process, the parameters are the leaves themselves."""
+        for name, parameter in module.named_parameters(prefix=path, recurse=False):
+            if _key(parameter) not in self.tensor_index:
+                self.named(f"{name}:gathered", parameter, hook=False)
 
     def leaf_index(self, leaf: torch.Tensor | None) -> int | None:
         return None if leaf is None else self.tensor_index.get((id(leaf), None))
@@ -275,6 +285,8 @@ class _Recorder:
 
     def forward_pre_hook(self, path: str) -> Any:
         def hook(module: nn.Module, inputs: tuple[Any, ...]) -> None:
+            if self.built.wrapper is not None:
+                self.name_gathered(path, module)
             args = self.args("input", inputs)
             self.arguments.setdefault(path, []).append(tuple(arg.tensor for arg in args))
             self.record("forward_pre", path, None, args)
@@ -489,7 +501,8 @@ class _Recorder:
                 index, tuple(self.tensor_names[index]), tuple(tensor.shape),
                 tensor.requires_grad, tensor.is_leaf, self.node_ids.get(node),
                 self.output_numbers[index],
-                tensor_value(tensor) if self.tensor_names[index] and not overwritten else None,
+                tensor_value(tensor) if self.tensor_names[index] and not overwritten
+                and _still_stored(tensor) else None,
             ))
         made = _creation_order(self.node_objects)
         graph = tuple(
@@ -508,6 +521,18 @@ class _Recorder:
         return PassTrace(self.mode, tuple(self.events), tuple(tensors), graph,
                          tuple(self.calls), tuple(self.runs), grads, tuple(self.warnings),
                          tuple(self.user_hooks), self.refusals)
+
+
+def _still_stored(tensor: torch.Tensor) -> bool:
+    """Whether a tensor's values can still be read: FSDP2 frees the storage of the parameters
+    it gathered once the forward is done (resizes it to nothing), and reading such a tensor
+    would read freed memory."""
+    if tensor.numel() == 0 or type(tensor) is not torch.Tensor and not isinstance(
+            tensor, nn.Parameter):
+        return True
+    needed = (tensor.storage_offset() + 1 + sum(
+        (size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride(), strict=True)))
+    return tensor.untyped_storage().nbytes() >= needed * tensor.element_size()
 
 
 def _creation_order(nodes: Sequence[Node]) -> dict[Node, int]:

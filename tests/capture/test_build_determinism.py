@@ -24,6 +24,7 @@ SPEC_NAMES = (
     "multi_output",
     "cnn_hooks",
     "embedding",
+    "ddp_hooks",  # issue 21: tested under --ranks against plain torch in tests/distributed/
 )
 # The lesson specs of issue 5, each tested against plain torch by its lesson's tests.
 LESSON_SPECS = (

@@ -201,6 +201,22 @@ def test_fsdp_tensor_hooks_never_fire_and_the_walk_says_so(fsdp: DistributedWalk
     assert not fsdp.failures()
 
 
+def test_fsdp_gathered_parameters_are_named_after_their_parameter(fsdp: DistributedWalk) -> None:
+    """FSDP2 runs the forward on the parameters it all-gathers: fc2's legacy hook, on its
+    addmm, gets the gradient of the gathered weight, transposed, named after the parameter, and
+    equal to plain torch's own gradient of fc2.weight on that rank."""
+    for rank in fsdp.ranks:
+        events = [event for event in walk_pass(rank, "legacy").events
+                  if event.hook == "backward" and event.target == "fc2"]
+        assert len(events) == 1
+        arg = next(item for item in events[0].args if item.name == "grad_input[2]")
+        assert arg.meaning is not None
+        assert arg.meaning.wrt == "fc2.weight:gathered"
+        assert arg.meaning.layout == "transposed"
+        assert verified(arg.check)
+        assert close(arg.value, facts_local(rank.rank)["fc2.weight"].T)
+
+
 # --- models of our own: a batch split across ranks, a parameter used on one rank only -------
 
 class MLP(nn.Module):
