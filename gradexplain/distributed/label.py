@@ -21,6 +21,8 @@ from dataclasses import dataclass
 import torch
 
 from gradexplain.capture.checks import check
+from gradexplain.distributed.accumulate import Accumulated, accumulated, summed
+from gradexplain.distributed.reference import LocalRun
 from gradexplain.language.model import DDPOptions, WrapKind
 from gradexplain.records.check import Check
 from gradexplain.records.distributed import (
@@ -35,7 +37,7 @@ from gradexplain.records.distributed import (
 )
 from gradexplain.records.session import Session
 from gradexplain.records.trace import BucketCall, PassTrace, TensorValue
-from gradexplain.records.walk import FinalGrad, LabelledEvent, PassWalk, RunStep, Walk
+from gradexplain.records.walk import FinalGrad, LabelledEvent, PassWalk, RunStep
 
 # Each leaf's gradient in single-process runs of every rank's inputs, and their mean.
 Reference = dict[str, tuple[tuple[torch.Tensor | None, ...], torch.Tensor | None]]
@@ -50,20 +52,26 @@ class Setup:
     ddp: DDPOptions
 
 
-def rank_walk(rank: int, session: Session, reference: Reference, setup: Setup) -> RankWalk:
-    """One rank's session read as part of the distributed walk."""
+def rank_walk(rank: int, session: Session, reference: Reference, runs: Sequence[LocalRun],
+              setup: Setup) -> RankWalk:
+    """One rank's session read as part of the distributed walk; `runs` are every rank's
+    single-process runs (`reference` their final gradients and mean)."""
     parameters = _parameters(session)
     passes = []
     walk_passes = []
+    readings = []
     for walk_pass in session.walk.passes:
         trace = session.trace(walk_pass.mode)
         assert trace is not None
-        reading = _Reading(rank, trace, walk_pass, parameters, reference, setup)
+        reading = _Reading(rank, trace, walk_pass, parameters, reference, runs, setup)
         rank_pass = reading.ddp() if setup.wrap == "ddp" else reading.fsdp()
         passes.append(rank_pass)
+        readings.append(reading)
         walk_passes.append(_with_grads(walk_pass, rank_pass))
+    # The walk's calls are the legacy pass's (capture.passes.run_steps).
     walk = dataclasses.replace(session.walk, passes=tuple(walk_passes),
-                              runs=_runs_with_grads(session.walk, passes[0] if passes else None))
+                              runs=readings[0].runs_with_grads(session.walk.runs)
+                              if readings else session.walk.runs)
     inputs = tuple((name, None if (record := session.traces[0].named(name)) is None
                     else record.value) for name in session.inputs)
     return RankWalk(rank, inputs, walk, tuple(passes))
@@ -83,12 +91,14 @@ class _Reading:
     """One pass of one rank, read against the reference."""
 
     def __init__(self, rank: int, trace: PassTrace, walk_pass: PassWalk,
-                 parameters: list[str], reference: Reference, setup: Setup) -> None:
+                 parameters: list[str], reference: Reference, runs: Sequence[LocalRun],
+                 setup: Setup) -> None:
         self.rank = rank
         self.trace = trace
         self.walk_pass = walk_pass
         self.parameters = parameters
         self.reference = reference
+        self.local_runs = runs
         self.setup = setup
         self.ranks = f"{setup.world_size} ranks"
         backward = [run for run in trace.runs if run.kind == "backward"]
@@ -100,63 +110,92 @@ class _Reading:
     # --- DDP ----------------------------------------------------------------------------
 
     def ddp(self) -> RankPass:
-        completed = [bucket for bucket in self.trace.buckets
-                     if any(item is not None for item in bucket.after)]
-        reduced = {name for bucket in completed for name in bucket.parameters}
         buckets = tuple(self.bucket(bucket) for bucket in self.trace.buckets)
-        grads = tuple(self.ddp_grad(grad, reduced) for grad in self.walk_pass.grads)
+        grads = tuple(self.ddp_grad(grad) for grad in self.walk_pass.grads)
         scoped = tuple(self.ddp_scoped(event) for event in self.walk_pass.events
                        if event.hook in ("tensor", "post_accumulate_grad")
                        and event.target in self.parameters and event.args)
+        reduced = {name for name in self.parameters if self.reduced_calls(name)}
         return RankPass(self.walk_pass.mode, scoped, buckets, grads, self.silent(reduced))
+
+    def reduced_calls(self, name: str) -> set[int]:
+        """The backward calls in which DDP all-reduced a bucket holding `name` (recorded)."""
+        return {bucket.run for bucket in self.trace.buckets if name in bucket.parameters
+                and any(item is not None for item in bucket.after)}
+
+    def accumulated(self, name: str) -> Accumulated | None:
+        """`name`'s .grad on every rank, call by call, from the single-process runs; None
+        where a call failed (the single-process run stops there, the pass goes on)."""
+        if any(run.failed for run in self.trace.runs):
+            return None
+        return accumulated(self.local_runs, name, self.reduced_calls(name))
 
     def bucket(self, call: BucketCall) -> CheckedBucket:
         slots = []
         for name, before, after in zip(call.parameters, call.before, call.after, strict=True):
-            local, _ = self.reference.get(name, ((), None))
-            mine = local[self.rank] if self.rank < len(local) else None
             changed_by = self.changed_by(name)
-            before_check = None if changed_by is not None else _check(before, mine, before)
-            summed = _sum(local)
-            after_check = (None if changed_by is not None or after is None
-                           else _check(after, summed, after))
-            slots.append(BucketSlot(name, before, before_check, after, after_check,
-                                    changed_by))
+            found = self.accumulated(name)
+            handed = None if found is None else found.handed.get(call.run)
+            if changed_by is not None or handed is None:
+                why = None if changed_by is not None else "a backward call of the pass failed"
+                slots.append(BucketSlot(name, before, None, after, None, changed_by, why))
+                continue
+            after_check = None if after is None else _check(after, summed(handed), after)
+            slots.append(BucketSlot(name, before, _check(before, handed[self.rank], before),
+                                    after, after_check))
         return CheckedBucket(call.index, call.run, call.after_seq, tuple(slots))
 
-    def ddp_grad(self, grad: FinalGrad, reduced: set[str]) -> DistributedGrad:
-        local, mean = self.reference.get(grad.name, ((), None))
-        mine = local[self.rank] if self.rank < len(local) else None
+    def ddp_grad(self, grad: FinalGrad) -> DistributedGrad:
         if grad.name not in self.parameters:
             whose = Whose("local", f"rank {self.rank}'s own gradient",
                           "an input's gradient: DDP synchronises parameters only")
             return DistributedGrad(grad.name, grad.value, whose, grad.check)
+        whose = self.ddp_whose(grad.name)
         changed_by = grad.modified_by or self.changed_by(grad.name)
-        if grad.name in reduced:
-            whose = Whose("mean", f"the mean over {self.ranks} of each rank's own gradient",
-                          "after the all-reduce: DDP wrote the averaged bucket into .grad "
-                          "when backward finished")
-            expected = mean
-        else:
-            why = ("inside no_sync(): DDP all-reduced nothing" if self.setup.ddp.no_sync
-                   else "DDP all-reduced no bucket holding it in this pass")
-            whose = Whose("local", f"rank {self.rank}'s own gradient", why)
-            expected = mine
         if changed_by is not None:
             return DistributedGrad(grad.name, grad.value, whose, None,
                                    f"changed by your hook {changed_by}")
-        if not self.one_backward:
+        found = self.accumulated(grad.name)
+        if found is None or not found.after:
             return DistributedGrad(grad.name, grad.value, whose, None,
-                                   "checked per hook: the pass ran more than one backward call")
+                                   "a backward call of the pass failed")
+        expected = found.after[max(found.after)][self.rank]
         return DistributedGrad(grad.name, grad.value, whose,
                                _check(grad.value, expected, grad.value))
+
+    def ddp_whose(self, name: str) -> Whose:
+        """Whose gradient `name`'s .grad is at the end of the pass, from the calls DDP
+        all-reduced and the zeroing between calls."""
+        reduced = self.reduced_calls(name)
+        calls = [run for run in self.trace.runs if run.kind == "backward"]
+        own = f"rank {self.rank}'s own gradient"
+        if not reduced:
+            why = ("inside no_sync(): DDP all-reduced nothing" if self.setup.ddp.no_sync
+                   else "DDP all-reduced no bucket holding it in this pass")
+            return Whose("local", own, why)
+        last = max(reduced)
+        later = [run for run in calls if run.index > last]
+        mean = f"the mean over {self.ranks} of each rank's own gradient"
+        if not later:
+            return Whose("mean", mean, "after the all-reduce: DDP wrote the averaged bucket "
+                         "into .grad when backward finished")
+        when = (f"DDP all-reduces once per forward, in call {last}; the calls after it only "
+                "accumulate this rank's own gradient")
+        if any(run.fresh for run in later):
+            return Whose("local", own + " (zeroed since the all-reduce)", when)
+        return Whose("mixed", f"{mean} (call {last}), plus {own} of the calls after it",
+                     when)
 
     def ddp_scoped(self, event: LabelledEvent) -> ScopedArg:
         launched = sorted({bucket.index for bucket in self.trace.buckets
                            if bucket.run == event.run and bucket.after_seq is not None
                            and bucket.after_seq < event.seq})
+        earlier = [bucket.run for bucket in self.trace.buckets if bucket.run < event.run]
         if self.setup.ddp.no_sync:
             when = "inside no_sync(): no all-reduce in this pass"
+        elif earlier and not any(bucket.run == event.run for bucket in self.trace.buckets):
+            when = (f"no all-reduce in this call: DDP all-reduces once per forward, and call "
+                    f"{min(earlier)} did")
         elif not launched:
             when = "before DDP's all-reduce: no bucket had been handed over yet"
         else:
@@ -165,7 +204,33 @@ class _Reading:
                     "went to the all-reduce, before backward wrote the mean into .grad")
         what = ("gradient" if event.hook == "tensor" else ".grad")
         whose = Whose("local", f"rank {self.rank}'s own {what} of {event.target}", when)
+        if event.hook == "post_accumulate_grad":
+            held = self.held_mean(event, when)
+            if held is not None:
+                return held
         return ScopedArg(event.seq, event.args[0].name, whose, None)
+
+    def held_mean(self, event: LabelledEvent, when: str) -> ScopedArg | None:
+        """A post-accumulate hook in a later call of the same forward, on a .grad that still
+        holds the mean an earlier call's all-reduce wrote (not zeroed since): what it sees is
+        that mean plus this rank's own gradients of the calls since, checked as such. None
+        where .grad is this rank's own alone (the rank walk's own label holds)."""
+        reduced = [run for run in self.reduced_calls(event.target) if run < event.run]
+        if not reduced or any(run.fresh for run in self.trace.runs
+                              if run.kind == "backward" and max(reduced) < run.index
+                              <= event.run):
+            return None
+        whose = Whose("mixed", f"the mean over {self.ranks} that call {max(reduced)}'s "
+                      f"all-reduce wrote into .grad, plus rank {self.rank}'s own gradients of "
+                      "the calls since", when)
+        found = self.accumulated(event.target)
+        value = event.args[0].value
+        if found is None or event.run not in found.after:
+            return ScopedArg(event.seq, event.args[0].name, whose, None,
+                             "a backward call of the pass failed")
+        expected = found.after[event.run][self.rank]
+        return ScopedArg(event.seq, event.args[0].name, whose,
+                         _check(value, expected, value))
 
     def changed_by(self, name: str) -> str | None:
         """The user's hook that changed `name`'s gradient on this rank in this pass, if any."""
@@ -193,6 +258,31 @@ class _Reading:
                             ", which none of its hooks on this rank saw")
                 silent.append(Silent(hook, name, why))
         return tuple(silent)
+
+    def runs_with_grads(self, runs: tuple[RunStep, ...]) -> tuple[RunStep, ...]:
+        """Each call's parameters' `.grad` after it, checked as DDP leaves it (the
+        single-process rule, before + added, does not hold once DDP has averaged `.grad`);
+        under FSDP2, as the pass's end where it had one call."""
+        checks: dict[tuple[int, str], Check | None] = {}
+        for name in self.parameters:
+            if self.setup.wrap == "fsdp":
+                grad = next((item for item in self.walk_pass.grads if item.name == name), None)
+                for run in runs:
+                    checks[(run.run, name)] = None if grad is None else self.fsdp_grad(
+                        grad).check
+                continue
+            found = self.accumulated(name)
+            for run in runs:
+                if run.kind != "backward" or self.changed_by(name) is not None:
+                    continue
+                expected = None if found is None else found.after.get(run.run)
+                after = next((leaf.after for leaf in run.leaves if leaf.name == name), None)
+                checks[(run.run, name)] = (None if expected is None
+                                           else _check(after, expected[self.rank], after))
+        return tuple(dataclasses.replace(step, leaves=tuple(
+            dataclasses.replace(leaf, check=checks[(step.run, leaf.name)])
+            if (step.run, leaf.name) in checks else leaf for leaf in step.leaves))
+            for step in runs)
 
     # --- FSDP2 ---------------------------------------------------------------------------
 
@@ -268,23 +358,20 @@ def _check(value: TensorValue | None, expected: torch.Tensor | None,
 
 
 def _with_grads(walk_pass: PassWalk, rank_pass: RankPass) -> PassWalk:
-    """The rank walk's pass with each `.grad`'s check the distributed one."""
+    """The rank walk's pass with each `.grad`'s check the distributed one, and no
+    single-process check left on a hook argument the wrapping made another value (its
+    distributed reading, `RankPass.scoped`, has the check: counted once)."""
     checks = {grad.name: grad.check for grad in rank_pass.grads}
-    return dataclasses.replace(walk_pass, grads=tuple(
+    read = {(item.seq, item.arg): item for item in rank_pass.scoped
+            if item.whose.scope == "mixed"}
+    events = tuple(dataclasses.replace(event, args=tuple(
+        dataclasses.replace(arg, check=None, not_checked=f"read as {read_as.whose.text}")
+        if (read_as := read.get((event.seq, arg.name))) is not None else arg
+        for arg in event.args)) if any(key[0] == event.seq for key in read) else event
+        for event in walk_pass.events)
+    return dataclasses.replace(walk_pass, events=events, grads=tuple(
         dataclasses.replace(grad, check=checks.get(grad.name, grad.check))
         for grad in walk_pass.grads))
-
-
-def _runs_with_grads(walk: Walk, rank_pass: RankPass | None) -> tuple[RunStep, ...]:
-    """Each call's `.grad` after it, checked as the final one where the pass had one call (the
-    single-process rule, before + added, does not hold once the wrapping changed `.grad`)."""
-    if rank_pass is None:
-        return walk.runs
-    changed = {grad.name: grad for grad in rank_pass.grads if grad.whose.scope != "local"
-               or grad.not_checked is not None}
-    return tuple(dataclasses.replace(step, leaves=tuple(
-        dataclasses.replace(leaf, check=changed[leaf.name].check) if leaf.name in changed
-        else leaf for leaf in step.leaves)) for step in walk.runs)
 
 
 __all__ = ["Reference", "Setup", "rank_walk", "shard_rows"]

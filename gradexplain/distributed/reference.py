@@ -9,6 +9,7 @@ Written from the spec alone, as a user would compute it by hand: build, forward,
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -19,39 +20,73 @@ from gradexplain.language.model import ModelSpec
 from gradexplain.records.distributed import ReferenceGrad
 
 
-def local_grads(spec: ModelSpec, make: Builder | None = None) -> dict[str, torch.Tensor | None]:
-    """Every leaf that requires grad, with its `.grad` after the spec's backward calls (None:
-    no gradient reached it), in one hook-free, unwrapped run of `spec`. A call torch refuses
-    ends the run there, as it ends the pass."""
+@dataclass(frozen=True)
+class CallGrads:
+    """One backward call of a rank's single-process run: whether `.grad` was zeroed before it,
+    and what it added to each leaf's `.grad` (None: nothing reached the leaf)."""
+
+    zeroed: bool
+    added: dict[str, torch.Tensor | None]
+
+
+@dataclass(frozen=True)
+class LocalRun:
+    """A rank's inputs run in this process: each leaf's `.grad` at the end (`final`) and what
+    each backward call added (`calls`, in the order the pass numbers its calls)."""
+
+    final: dict[str, torch.Tensor | None]
+    calls: tuple[CallGrads, ...]
+
+
+def local_grads(spec: ModelSpec, make: Builder | None = None) -> LocalRun:
+    """Every leaf that requires grad, with its `.grad` after the spec's backward calls and what
+    each call added, in one hook-free, unwrapped run of `spec`. A call torch refuses ends the
+    run there, as it ends the pass."""
     built = make() if make is not None else build(spec)
     named: dict[str, Any] = {}
     with observe(lambda name, value: named.setdefault(name, value)):
         returned = built.forward()
     leaves = {name: tensor for name, tensor in built.leaves().items() if tensor.requires_grad}
+    calls = []
     try:
         for backward in spec.backwards:
             of = returned[backward.of] if backward.of in returned else named[backward.of]
             gradient = None if backward.gradient is None else make_tensor(backward.gradient)
             for time in range(backward.times):
-                if backward.zero_grad if time == 0 else backward.zero_grad_between:
+                zeroed = backward.zero_grad if time == 0 else backward.zero_grad_between
+                if zeroed:
                     for leaf in leaves.values():
                         leaf.grad = None
+                before = _grads(leaves)
                 torch.autograd.backward(of, gradient, retain_graph=backward.retain_graph)
+                after = _grads(leaves)
+                calls.append(CallGrads(zeroed, {
+                    name: _added(before[name], after[name]) for name in leaves}))
     except RuntimeError:
         pass
+    return LocalRun(_grads(leaves), tuple(calls))
+
+
+def _grads(leaves: dict[str, torch.Tensor]) -> dict[str, torch.Tensor | None]:
     return {name: None if leaf.grad is None else leaf.grad.detach().clone()
             for name, leaf in leaves.items()}
 
 
-def reference_grads(per_rank: Sequence[dict[str, torch.Tensor | None]]) -> dict[
+def _added(before: torch.Tensor | None, after: torch.Tensor | None) -> torch.Tensor | None:
+    if after is None:
+        return None
+    return after if before is None else after - before
+
+
+def reference_grads(per_rank: Sequence[LocalRun]) -> dict[
         str, tuple[tuple[torch.Tensor | None, ...], torch.Tensor | None]]:
     """Each leaf's local gradient on every rank and their mean over ranks. A rank whose
     forward never reached a leaf adds zero to the mean (DDP's find_unused_parameters puts zeros
     in its slot); a leaf no rank reached has no mean."""
-    names = list(dict.fromkeys(name for grads in per_rank for name in grads))
+    names = list(dict.fromkeys(name for run in per_rank for name in run.final))
     result = {}
     for name in names:
-        local = tuple(grads.get(name) for grads in per_rank)
+        local = tuple(run.final.get(name) for run in per_rank)
         present = [item.double() for item in local if item is not None]
         mean = None if not present else (torch.stack(present).sum(0) / len(per_rank))
         result[name] = (local, mean)
@@ -67,4 +102,4 @@ def reference_records(reference: dict[str, tuple[tuple[torch.Tensor | None, ...]
                  for name, (local, mean) in reference.items())
 
 
-__all__ = ["local_grads", "reference_grads", "reference_records"]
+__all__ = ["CallGrads", "LocalRun", "local_grads", "reference_grads", "reference_records"]

@@ -59,7 +59,7 @@ def capture_distributed(plan: Plan, launch: Launcher | None = None) -> Distribut
         local = [local_grads(spec, plan.maker(rank))
                  for rank, spec in enumerate(plan.rank_specs)]
     reference = reference_grads(local)
-    ranks = tuple(rank_walk(rank, session, reference, plan.setup)
+    ranks = tuple(rank_walk(rank, session, reference, local, plan.setup)
                   for rank, session in enumerate(sessions))
     first = sessions[0].walk
     return DistributedWalk(

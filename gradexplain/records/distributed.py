@@ -28,7 +28,9 @@ WRAPPERS: dict[WrapKind, str] = {
 }
 
 # Whose derivative a value is: this rank's own loss's, or the sum or mean over every rank's.
-Scope = Literal["local", "sum", "mean"]
+# "mixed": under DDP, a .grad that holds the mean one backward call wrote plus this rank's own
+# gradients of later calls on the same forward (DDP all-reduces once per forward).
+Scope = Literal["local", "sum", "mean", "mixed"]
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,7 @@ class BucketSlot:
     after: TensorValue | None
     after_check: Check | None
     changed_by: str | None = None  # the user's hook that changed what this rank put in
+    not_checked: str | None = None  # why the slot has no checks, where it has none
 
 
 @dataclass(frozen=True)

@@ -239,12 +239,13 @@ def _bucket_rows(walk: DistributedWalk, passes: Sequence[tuple[PassWalk, RankPas
         changed = [slot.changed_by for slot in slots if slot is not None and slot.changed_by]
         before = tuple(Cell(None, None, fired=False) if slot is None else Cell(
             slot.before, slot.before_check,
-            f"changed by your hook {slot.changed_by}" if slot.changed_by else None)
+            f"changed by your hook {slot.changed_by}" if slot.changed_by else slot.not_checked)
             for slot in slots)
         after = tuple(Cell(None, None, fired=False) if slot is None else Cell(
             slot.after, slot.after_check,
             f"changed by your hook {slot.changed_by}" if slot.changed_by
-            else None if slot.after is not None else "the all-reduce never completed")
+            else slot.not_checked if slot.after is not None
+            else "the all-reduce never completed")
             for slot in slots)
         own = "each rank's own" + (f" (changed by your hook {changed[0]})" if changed else "")
         rows += [
@@ -297,6 +298,9 @@ def _shared_words(whose: Sequence[Whose | None], walk: DistributedWalk) -> tuple
 def _scope(scope: str, world_size: int, one_rank: bool = False) -> str:
     if scope == "local":
         return "its own" if one_rank else "each rank's own"
+    if scope == "mixed":
+        own = "its own" if one_rank else "each rank's own"
+        return f"the mean over {world_size} ranks of an earlier call, plus {own} of later calls"
     return f"the {scope} over {world_size} ranks"
 
 

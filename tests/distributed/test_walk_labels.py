@@ -24,10 +24,10 @@ from gradexplain.records.check import Check
 from gradexplain.records.distributed import DistributedWalk, RankPass, RankWalk
 from gradexplain.records.trace import TensorValue
 from gradexplain.records.walk import PassWalk
+from tests.helpers.distributed import FACTS_INPUTS, FACTS_MODEL, distributed_walk, facts_walk
 from tests.helpers.distributed import FACTS_SPEC as FACTS_SPEC
 from tests.helpers.distributed import NAMES as NAMES
 from tests.helpers.distributed import facts_local as facts_local
-from tests.helpers.distributed import facts_walk
 
 DEFAULTS = DDPOptions()
 
@@ -215,6 +215,36 @@ def test_fsdp_gathered_parameters_are_named_after_their_parameter(fsdp: Distribu
         assert arg.meaning.layout == "transposed"
         assert verified(arg.check)
         assert close(arg.value, facts_local(rank.rank)["fc2.weight"].T)
+
+
+def test_ddp_all_reduces_once_per_forward_and_later_calls_accumulate() -> None:
+    """Two backward calls on one forward (retain_graph) under DDP: call 1's bucket holds each
+    rank's own gradient and DDP writes the mean into .grad; call 2 is not all-reduced, so its
+    post-accumulate hook, and .grad at the end, hold that mean plus the rank's own gradient.
+    Plain torch's numbers: g_r of one call alone, mean(g_0, g_1) + g_r."""
+    text = FACTS_MODEL.replace("backward: loss", "backward: {of: loss, retain_graph: true, "
+                               "times: 2}")
+    walk = distributed_walk(text, FACTS_INPUTS, "ddp")
+    local = [facts_local(rank) for rank in range(2)]
+    for rank in walk.ranks:
+        mine = local[rank.rank]
+        buckets = rank_pass(rank, "full").buckets
+        assert [bucket.run for bucket in buckets] == [1]
+        slots = {slot.parameter: slot for slot in buckets[0].slots}
+        posted = [event for event in walk_pass(rank, "full").events
+                  if event.hook == "post_accumulate_grad" and event.run == 2]
+        scoped = {item.seq: item for item in rank_pass(rank, "full").scoped}
+        grads = {item.name: item for item in rank_pass(rank, "full").grads}
+        for name in NAMES:
+            held = (local[0][name] + local[1][name]) / 2 + mine[name]
+            assert close(slots[name].before, mine[name]) and verified(slots[name].before_check)
+            event = next(item for item in posted if item.target == name)
+            assert close(event.args[0].value, held)
+            assert scoped[event.seq].whose.scope == "mixed"
+            assert verified(scoped[event.seq].check)
+            assert close(grads[name].value, held) and verified(grads[name].check)
+            assert grads[name].whose.scope == "mixed"
+    assert not walk.failures()
 
 
 # --- models of our own: a batch split across ranks, a parameter used on one rank only -------

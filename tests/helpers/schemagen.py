@@ -539,7 +539,8 @@ def distributed_schema() -> Schema:
         "type": "object",
         "properties": {
             "scope": {"enum": _enum(Scope),
-                      "description": "local: this rank's own loss's; sum or mean over ranks."},
+                      "description": "local: this rank's own loss's; sum or mean over ranks; "
+                                     "mixed: an earlier call's mean plus this rank's own."},
             "text": {"type": "string", "description": "The same in words."},
             "when": {"type": "string",
                      "description": "When, relative to the all-reduce (or reduce-scatter)."},
