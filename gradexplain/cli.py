@@ -52,9 +52,9 @@ if TYPE_CHECKING:
 
     from gradexplain.records.distributed import DistributedWalk
     from gradexplain.records.distributed_diff import DistributedDiff
-    from gradexplain.render.outputs import OutputFormat
     from gradexplain.records.session import Session
     from gradexplain.records.trace import HookKind
+    from gradexplain.render.outputs import OutputFormat
 
 app = typer.Typer(
     name="gradexplain",

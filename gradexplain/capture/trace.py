@@ -527,8 +527,8 @@ def _still_stored(tensor: torch.Tensor) -> bool:
     """Whether a tensor's values can still be read: FSDP2 frees the storage of the parameters
     it gathered once the forward is done (resizes it to nothing), and reading such a tensor
     would read freed memory."""
-    if tensor.numel() == 0 or type(tensor) is not torch.Tensor and not isinstance(
-            tensor, nn.Parameter):
+    if tensor.numel() == 0 or (type(tensor) is not torch.Tensor and not isinstance(
+            tensor, nn.Parameter)):
         return True
     needed = (tensor.storage_offset() + 1 + sum(
         (size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride(), strict=True)))
