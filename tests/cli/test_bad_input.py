@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.helpers.cli import SPECS, Result, run_cli
+from tests.helpers.cli import SPECS, one_error_line, run_cli
 from tests.helpers.messages import raised_by
 from tests.helpers.pycli import CLI, in_process
 
@@ -22,15 +22,6 @@ SPEC_COMMANDS = ("validate", "walk", "diff", "report")
 @pytest.fixture
 def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> CLI:
     return in_process(capsys, monkeypatch)
-
-
-def one_error_line(result: Result) -> str:
-    assert result.code == 2, result
-    assert result.stdout == ""
-    assert "Traceback" not in result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, lines
-    return lines[0]
 
 
 # --- tabs ------------------------------------------------------------------------------------

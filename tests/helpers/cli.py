@@ -58,3 +58,14 @@ def modules_imported_by(*args: str, env: dict[str, str] | None = None) -> set[st
 
 def torch_imported_by(*args: str, env: dict[str, str] | None = None) -> bool:
     return "torch" in imported_by(*args, env=env)
+
+
+def one_error_line(result: Result) -> str:
+    """Bad input as the command line must report it: exit 2, nothing on stdout, one line on
+    stderr and no traceback; that line."""
+    assert result.code == 2, result
+    assert result.stdout == ""
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, lines
+    return lines[0]
