@@ -162,10 +162,20 @@ def _wrap(hooks: dict[int, Any] | None, kind: HookKind, target: str, calls: User
     """Each hook of `hooks` recorded as one that runs; with `calls`, replaced by `wrapper`'s
     (which records each call into `calls`) until `saved` restores the table."""
     for key, hook in list((hooks or {}).items()):
+        if _of_the_wrapping(hook):
+            continue
         found.append(UserHook(kind, scope, target, function_name(hook), True))
         if calls is not None and hooks is not None:
             saved.keep(hooks)
             hooks[key] = wrapper(key, hook, calls)
+
+
+def _of_the_wrapping(hook: Hook) -> bool:
+    """A hook torch.distributed put on the model when a distributed walk wrapped it (FSDP2's
+    forward hooks, which gather and free its parameters): not the user's, left to run as it is
+    and not recorded as theirs."""
+    module = getattr(getattr(hook, "__func__", hook), "__module__", None) or ""
+    return module.startswith("torch.distributed.")
 
 
 def _forward_pre(hook: Hook, path: str, with_kwargs: bool, calls: UserCalls) -> Hook:
