@@ -12,6 +12,7 @@ from __future__ import annotations
 import pickle
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -25,9 +26,13 @@ from gradexplain.language.model import ModelSpec
 from gradexplain.records.distributed import DistributedWalk
 from gradexplain.records.session import Session
 
+if TYPE_CHECKING:
+    from gradexplain.distributed.launch import LaunchReport
+
 # The launcher's signature (distributed/launch.py): run `work` in each of N ranks, return what
-# each returned. A parameter so that tests can run the same plan through another one.
-Launcher = Callable[[int, Callable[..., bytes]], Sequence[bytes]]
+# each returned and how the ranks ended. A parameter so that a test can run the same plan
+# through another one.
+Launcher = Callable[[int, Callable[..., bytes]], "LaunchReport"]
 
 
 @dataclass(frozen=True)
@@ -50,11 +55,11 @@ class Plan:
 def capture_distributed(plan: Plan, launch: Launcher | None = None) -> DistributedWalk:
     """Run the plan on its ranks and read every rank's walk as a distributed one."""
     if launch is None:
-        from gradexplain.distributed.launch import run_ranks
+        from gradexplain.distributed.launch import launch as launch_ranks
 
-        launch = run_ranks
-    results = launch(plan.setup.world_size, lambda context: _rank_session(plan, context.rank))
-    sessions: list[Session] = [pickle.loads(result) for result in results]
+        launch = launch_ranks
+    report = launch(plan.setup.world_size, lambda context: _rank_session(plan, context.rank))
+    sessions: list[Session] = [pickle.loads(result) for result in report.results]
     with torch.random.fork_rng(devices=[]):
         local = [local_grads(spec, plan.maker(rank))
                  for rank, spec in enumerate(plan.rank_specs)]
@@ -68,12 +73,13 @@ def capture_distributed(plan: Plan, launch: Launcher | None = None) -> Distribut
         ddp=plan.setup.ddp if plan.setup.wrap == "ddp" else None, ranks=ranks,
         reference=reference_records(reference), pitfalls=pitfalls(ranks,
                                                                   plan.setup.world_size),
-        notes=_notes(plan))
+        notes=_notes(plan, report.notes))
 
 
-def _notes(plan: Plan) -> tuple[str, ...]:
-    """What the reader should know about how this walk ran that no record says."""
-    notes = []
+def _notes(plan: Plan, launched: Sequence[str]) -> tuple[str, ...]:
+    """What the reader should know about how this walk ran that no record says: the
+    launcher's (a rank that ended badly after sending its whole result), then the wrapping's."""
+    notes = list(launched)
     if plan.setup.wrap == "ddp" and plan.setup.ddp.bucket_cap_mb is not None:
         notes.append(f"bucket_cap_mb={plan.setup.ddp.bucket_cap_mb:g} shows no effect here: in "
                      "its first iteration DDP puts every parameter in one bucket, whatever the "
