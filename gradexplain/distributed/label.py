@@ -102,8 +102,8 @@ class _Reading:
         self.setup = setup
         self.ranks = f"{setup.world_size} ranks"
         backward = [run for run in trace.runs if run.kind == "backward"]
-        # The reference runs the spec's calls once, as one step of training does: a pass with
-        # more calls (accumulation under DDP) is checked where its hooks are, not at the end.
+        # FSDP2's values are checked in a pass of one backward call (one reduce-scatter); DDP's
+        # across any number of calls (`accumulate`).
         self.one_backward = (len(backward) == 1 and not backward[0].failed
                              and not trace.runs[-1].failed)
 
