@@ -12,11 +12,9 @@ from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
 
+from gradexplain.distributed import MAX_RANKS
 from gradexplain.sessions import RunOptions
 from gradexplain.threads import DEFAULT_THREADS, MAX_THREADS
-
-# The most ranks `--ranks` starts: each is a process with its own torch, on a small machine.
-MAX_RANKS = 8
 
 if TYPE_CHECKING:
     # The records of a run (their dataclasses: 8 ms to import) are no part of `--help`,

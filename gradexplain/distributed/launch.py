@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any
 
+from gradexplain.distributed import MAX_RANKS
 from gradexplain.distributed.rank import (
     BROKEN,
     RAISED,
@@ -62,7 +63,6 @@ if TYPE_CHECKING:
 
 # Each rank is a process with torch loaded, on a 2-core machine; every hook question shows
 # with 2 ranks. More than 8 is a typo rather than a model to explain.
-MAX_RANKS = 8
 # Seconds. A 2-rank walk of a spec takes a few; this is a hang, not a slow model. A day is
 # the most a timeout may be: more is a typo (and past timedelta's range, a traceback).
 DEFAULT_TIMEOUT = 120.0

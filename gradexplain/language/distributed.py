@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Protocol, get_args
 
+from gradexplain.distributed import MAX_RANKS
 from gradexplain.errors import (
     Location,
     SpecLimitError,
@@ -43,7 +44,6 @@ from gradexplain.language.model import (
 from gradexplain.language.scope import listed
 from gradexplain.language.shapes import Shape, show
 
-MAX_RANKS = 8  # processes on one machine, each importing torch: a lesson needs two or three
 # torch's default is 25 MB. A tiny model's gradients fill a few hundred bytes, and 1e-6 MB gives
 # one bucket per parameter (the facts file's `smallbucket`); past a gigabyte no spec here differs.
 MAX_BUCKET_CAP_MB = 1024

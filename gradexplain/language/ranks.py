@@ -16,9 +16,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from gradexplain.distributed import MAX_RANKS
 from gradexplain.errors import SpecError, SpecSchemaError, SpecShapeError, UsageError
 from gradexplain.language.check import check_spec
-from gradexplain.language.distributed import MAX_RANKS, refuse_drawn, split_problem
+from gradexplain.language.distributed import refuse_drawn, split_problem
 from gradexplain.language.model import (
     DistributedSpec,
     InputSpec,
