@@ -295,6 +295,12 @@ def _shared_words(whose: Sequence[Whose | None], walk: DistributedWalk) -> tuple
     return phrase, when
 
 
+def refusing_ranks(walk: DistributedWalk) -> list[RankWalk]:
+    """The ranks where torch refused a backward call: their calls are shown, each error
+    explained (what a single-process walk shows in its calls section)."""
+    return [rank for rank in walk.ranks if any(step.error is not None for step in rank.walk.runs)]
+
+
 def _scope(scope: str, world_size: int, one_rank: bool = False) -> str:
     if scope == "local":
         return "its own" if one_rank else "each rank's own"

@@ -59,6 +59,8 @@ def _rank(rank: RankWalk) -> Fields:
         "inputs": {name: plain_values(value) for name, value in rank.inputs},
         "passes": Items(_pass(walk_pass, added.get(walk_pass.mode))
                         for walk_pass in rank.walk.passes),
+        # As walk/1's `runs`: each call with .grad around it, and what torch refused.
+        "runs": [to_data(step) for step in rank.walk.runs],
     })
 
 

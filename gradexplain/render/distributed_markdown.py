@@ -20,10 +20,12 @@ from gradexplain.render.distributed_answer import (
     firing_orders,
     first_difference,
     ranks_text,
+    refusing_ranks,
     silences,
     words,
     wrapping,
 )
+from gradexplain.render.lessons.calls import runs_markdown
 from gradexplain.render.markdown import (
     blocks,
     bold,
@@ -45,6 +47,9 @@ def distributed_markdown(walk: DistributedWalk, level: int = 2, timeline: bool =
     the hooks that never fired, the pitfalls, the firing order, with `timeline` each rank's
     hook timelines, and the checks; sections headed at `level`."""
     parts = [_header(walk), *answer_blocks(walk, level), _order(walk, level)]
+    for rank in refusing_ranks(walk):
+        parts.append(heading(level, f"Rank {rank.rank}: the calls, and what torch refused"))
+        parts.append(runs_markdown(rank.walk, level + 1, headed=False))
     if timeline:
         for rank in walk.ranks:
             parts.append(heading(level, f"Rank {rank.rank}"))

@@ -30,11 +30,13 @@ from gradexplain.render.distributed_answer import (
     firing_orders,
     first_difference,
     ranks_text,
+    refusing_ranks,
     silences,
     words,
     wrapping,
 )
 from gradexplain.render.fit import GAP, row_lines, value_lines, word_lines
+from gradexplain.render.lessons.calls import runs_text
 from gradexplain.render.marks import check_mark
 from gradexplain.render.text_columns import Columns, Row, Rows
 from gradexplain.render.text_pinned import WIDTH
@@ -54,6 +56,9 @@ def distributed_text(walk: DistributedWalk, *, timeline: bool = False,
     each rank's timelines (with `timeline`), the verdict."""
     parts: list[RenderableType] = [_header(walk), answer_text(walk), silent_text(walk),
                                    pitfalls_text(walk), order_text(walk)]
+    for rank in refusing_ranks(walk):
+        parts += [Text(f"rank {rank.rank}: the calls, and what torch refused", style="bold"),
+                  runs_text(rank.walk)]
     if timeline:
         parts += [_rank_timeline(rank, collapse) for rank in walk.ranks]
     parts.append(verdict_text(len(walk.checks()), walk.failures(), CHECKED_AGAINST, REFERENCE))

@@ -141,3 +141,21 @@ def make():
     torch.manual_seed(1)
     return torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU(), torch.nn.Linear(4, 1))
 """
+
+
+
+def test_what_torch_refuses_in_a_rank_is_shown_and_explained(cli: CLI) -> None:
+    """column_backward under FSDP2: torch refuses its second call (a gathered parameter FSDP2
+    had freed). The walk exits 1 and shows each rank's calls with what happened and the fix, in
+    text and JSON, instead of a failure 'explained above' that nothing above explained."""
+    spec = str(SPECS / "column_backward.yaml")
+    text = cli("walk", spec, "--ranks", "2", "--wrap", "fsdp")
+    assert text.code == 1, text.stderr
+    for rank in (0, 1):
+        assert f"rank {rank}: the calls, and what torch refused" in text.stdout
+    assert "freed" in text.stdout and "run the forward again" in text.stdout
+    result = cli("walk", spec, "--ranks", "2", "--wrap", "fsdp", "--format", "json")
+    assert result.code == 1
+    for rank in json.loads(result.stdout)["ranks"]:
+        refused = [step for step in rank["runs"] if step["error"] is not None]
+        assert refused and all("freed" in step["explanation"]["what"] for step in refused)

@@ -616,6 +616,10 @@ def distributed_schema() -> Schema:
             "inputs": {"type": "object", "additionalProperties": values,
                        "description": "This rank's value of each input, by name."},
             "passes": {"type": "array", "items": {"$ref": "#/$defs/rank_pass"}},
+            "runs": {"type": "array", "items": derived.of(RunStep),
+                     "description": "Every backward call of the rank's legacy pass in order, as "
+                                    "walk/1's `runs`: each leaf's .grad around it (checked as "
+                                    "the wrapping leaves it) and torch's error explained."},
         },
         "required": ["rank", "inputs", "passes"],
     }

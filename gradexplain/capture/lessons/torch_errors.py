@@ -105,12 +105,26 @@ def _post_accumulate_returned(error: RunError, attempt: Attempt) -> ErrorExplana
     )
 
 
+def _freed_storage(error: RunError, attempt: Attempt) -> ErrorExplanation:
+    earlier = (f"run {', '.join(str(run) for run in attempt.earlier)}" if attempt.earlier
+               else "an earlier backward call")
+    return ErrorExplanation(
+        f"{_call(attempt)} reading a tensor whose memory was freed",
+        "a tensor this backward needs has no storage left: torch resized it to nothing, which "
+        "is how FSDP2 frees the parameters it gathered for the forward. One of them was freed "
+        f"before this call, after {earlier} went through the graph.",
+        "run the forward again before each backward (one backward per forward, as a training "
+        "step does), or keep the model out of fully_shard for this lesson.",
+    )
+
+
 _RULES: tuple[tuple[str, Callable[[RunError, Attempt], ErrorExplanation]], ...] = (
     ("grad can be implicitly created only for scalar outputs", _non_scalar),
     ("backward through the graph a second time", _second_time),
     ("does not require grad and does not have a grad_fn", _no_grad),
     ("of backwardhookfunction is a view and is being modified inplace", _view_inplace),
     ("post accumulate grad hooks should return none", _post_accumulate_returned),
+    ("out of bounds for storage of size 0", _freed_storage),
 )
 
 
