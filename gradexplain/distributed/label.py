@@ -252,10 +252,14 @@ class _Reading:
                     continue
                 why = self.fsdp_silence(hook) if self.setup.wrap == "fsdp" else (
                     f"rank {self.rank}'s forward did not use {name}: no gradient reached it")
-                if self.setup.wrap == "ddp" and name in reduced:
+                local, _ = self.reference.get(name, ((), None))
+                if self.setup.wrap == "ddp" and name in reduced and any(
+                        item is not None for item in local):
                     why += (f"; DDP (find_unused_parameters) all-reduced zeros in its slot, "
                             f"so its .grad here is the other ranks' sum / {self.setup.world_size}"
                             ", which none of its hooks on this rank saw")
+                elif self.setup.wrap == "ddp" and name in reduced:
+                    why += "; no rank used it, and DDP leaves its .grad None"
                 silent.append(Silent(hook, name, why))
         return tuple(silent)
 

@@ -262,13 +262,15 @@ class MLP(nn.Module):
 
 
 class OneRankOnly(nn.Module):
-    """Uses `extra` only where its input's first entry is positive (rank 1's, here)."""
+    """Uses `extra` only where its input's first entry is positive (rank 1's, here), and
+    `never` nowhere."""
 
     def __init__(self) -> None:
         super().__init__()
         torch.manual_seed(5)
         self.main = nn.Linear(2, 1)
         self.extra = nn.Linear(2, 1)
+        self.never = nn.Linear(2, 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out: torch.Tensor = self.main(x)
@@ -332,6 +334,12 @@ def test_a_parameter_used_on_one_rank_only() -> None:
     assert close(grads["extra.weight"].value, rank1["extra.weight"] / 2)
     assert grads["extra.weight"].check is not None and grads["extra.weight"].check.verified
     assert any(item.key == "unused_parameter" for item in walk.pitfalls)
+    for rank in walk.ranks:  # no rank uses `never`: no hook fires, DDP leaves .grad None
+        never = next(item for item in rank_pass(rank, "full").grads if item.name == "never.weight")
+        assert never.value is None and verified(never.check)
+        why = next(item.why for item in rank_pass(rank, "full").silent
+                   if (item.hook, item.target) == ("tensor", "never.weight"))
+        assert "no rank used it" in why and "other ranks" not in why
     assert not walk.failures()
 
 
