@@ -417,11 +417,13 @@ def _progress_bar(wanted: bool = True) -> Iterator[Callable[[str], None] | None]
 def _refuse_with_ranks(*flags: tuple[str, bool]) -> None:
     """The options a distributed walk does not take (yet), said before anything runs."""
     given = [flag for flag, used in flags if used]
+    if "--threads" in given:
+        raise UsageError("--ranks: each rank runs torch on one thread; leave out --threads "
+                         "(torch's thread pool does not survive the fork that starts the ranks)")
     if given:
         raise UsageError(f"--ranks: {', '.join(given)} {'is' if len(given) == 1 else 'are'} "
-                         "for single-process runs (each rank runs torch on one thread; a "
-                         "distributed walk shows every rank's parameter hooks, buckets and "
-                         ".grad, and --timeline every hook call)")
+                         "for single-process runs; a distributed walk shows every rank's "
+                         "parameter hooks, buckets and .grad, and --timeline every hook call")
 
 
 def _threaded(threads: int | None) -> bool:

@@ -39,7 +39,8 @@ def test_wrap_needs_ranks(cli: CLI) -> None:
 
 
 @pytest.mark.parametrize("flag", [("--save", "out.json"), ("--order",), ("--module", "fc1"),
-                                  ("--hook", "tensor"), ("--pass", "legacy"), ("--all-blocks",)])
+                                  ("--hook", "tensor"), ("--pass", "legacy"), ("--all-blocks",),
+                                  ("--threads", "2")])
 def test_single_process_options_are_refused_by_name(cli: CLI, flag: tuple[str, ...],
                                                     tmp_path: Path) -> None:
     args = tuple(str(tmp_path / item) if item.endswith(".json") else item for item in flag)
