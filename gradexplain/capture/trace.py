@@ -527,12 +527,16 @@ def _still_stored(tensor: torch.Tensor) -> bool:
     """Whether a tensor's values can still be read: FSDP2 frees the storage of the parameters
     it gathered once the forward is done (resizes it to nothing), and reading such a tensor
     would read freed memory."""
-    if tensor.numel() == 0 or (type(tensor) is not torch.Tensor and not isinstance(
-            tensor, nn.Parameter)):
+    if tensor.numel() == 0 or tensor.layout != torch.strided or (
+            type(tensor) is not torch.Tensor and not isinstance(tensor, nn.Parameter)):
+        return True  # no storage of its own to have freed (sparse, a subclass: read as before)
+    try:
+        stored = tensor.untyped_storage().nbytes()
+    except RuntimeError:
         return True
     needed = (tensor.storage_offset() + 1 + sum(
         (size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride(), strict=True)))
-    return tensor.untyped_storage().nbytes() >= needed * tensor.element_size()
+    return stored >= needed * tensor.element_size()
 
 
 def _creation_order(nodes: Sequence[Node]) -> dict[Node, int]:

@@ -479,3 +479,52 @@ def test_the_api_raises_its_own_error_for_an_exit(monkeypatch: pytest.MonkeyPatc
     with pytest.raises(GradexplainError) as raised:
         explain(namespace["make_forward"], (2, 3))
     assert isinstance(raised.value.__cause__, SystemExit)
+
+
+FREES_STORAGE = """
+import torch
+from torch import nn
+
+
+class Twice(nn.Module):
+    def forward(self, x):
+        return x * 2
+
+
+class Frees(nn.Module):
+    # Its submodule's output freed (storage resized to nothing) once used, as FSDP2 frees the
+    # parameters it gathered for the forward.
+    def __init__(self):
+        super().__init__()
+        self.twice = Twice()
+        self.scale = nn.Parameter(torch.tensor(3.0))
+
+    def forward(self, x):
+        y = self.twice(x)
+        z = y.sum() * self.scale
+        y.untyped_storage().resize_(0)
+        return z
+
+
+def make():
+    return Frees()
+"""
+
+
+def test_a_tensor_whose_storage_the_model_freed_is_not_read(tmp_path: Path) -> None:
+    """The walk records each named tensor's forward value at the end of a pass: reading one
+    whose storage the model resized to nothing read freed memory (the process died of SIGSEGV).
+    Its own process, as a user runs it; the gradient of `scale` checked against plain torch."""
+    from tests.helpers.pycli import run_separately
+
+    model = tmp_path / "frees.py"
+    model.write_text(FREES_STORAGE)
+    result = run_separately("walk", f"{model}:make", "--input", "3", "--format", "json")
+    assert result.code == 0, result.stderr
+    document = json.loads(result.stdout)
+    from gradexplain.capture.pymodel import parse_input, random_inputs
+
+    (x,) = random_inputs([parse_input("3")])
+    expected = float((x * 2).sum())
+    for walk_pass in document["passes"]:
+        assert abs(walk_pass["grads"]["scale"] - expected) <= 1e-5 * max(1.0, abs(expected))
