@@ -160,3 +160,17 @@ def test_what_torch_refuses_in_a_rank_is_shown_and_explained(cli: CLI) -> None:
     for rank in json.loads(result.stdout)["ranks"]:
         refused = [step for step in rank["runs"] if step["error"] is not None]
         assert refused and all("freed" in step["explanation"]["what"] for step in refused)
+        assert all("returns:" in step["explanation"]["fix"] for step in refused)
+
+
+def test_the_fix_the_walk_gives_for_a_freed_tensor_works(cli: CLI, tmp_path: Path) -> None:
+    """As the explanation says: with p0, p1 and p2 returned by the model, FSDP2's hooks are on
+    each, and every call walks with every check verified."""
+    text = (SPECS / "column_backward.yaml").read_text(encoding="utf-8")
+    returned = text.replace('forward:\n  - "h = fc1(x)"',
+                            'forward:\n  returns: [p0, p1, p2]\n  steps:\n  - "h = fc1(x)"')
+    assert returned != text
+    spec = tmp_path / "returned.yaml"
+    spec.write_text(returned, encoding="utf-8")
+    result = cli("walk", str(spec), "--ranks", "2", "--wrap", "fsdp")
+    assert result.code == 0, result.stdout[-2000:]

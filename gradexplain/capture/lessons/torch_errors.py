@@ -111,10 +111,13 @@ def _freed_storage(error: RunError, attempt: Attempt) -> ErrorExplanation:
     return ErrorExplanation(
         f"{_call(attempt)} reading a tensor whose memory was freed",
         "a tensor this backward needs has no storage left: torch resized it to nothing, which "
-        "is how FSDP2 frees the parameters it gathered for the forward. One of them was freed "
-        f"before this call, after {earlier} went through the graph.",
-        "run the forward again before each backward (one backward per forward, as a training "
-        "step does), or keep the model out of fully_shard for this lesson.",
+        "is how FSDP2 frees the parameters it gathered for the forward. It frees them after a "
+        f"backward ({earlier} went through them) and gathers them again only through the hooks "
+        "it puts on what the wrapped model returns: a backward that starts from a tensor the "
+        f"model computed but did not return ({attempt.of}, a step inside its forward) finds "
+        "them freed.",
+        f"return {attempt.of} from the model (in a spec, the top-level forward's `returns:`), "
+        "so that FSDP2's hooks are on it, or run the forward again before this backward.",
     )
 
 
