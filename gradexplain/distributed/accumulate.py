@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from gradexplain.distributed.reference import LocalRun
+from gradexplain.distributed.reference import LocalRun, mean_over_ranks
 
 Grads = tuple[torch.Tensor | None, ...]  # one per rank
 
@@ -49,17 +49,9 @@ def accumulated(runs: Sequence[LocalRun], name: str, reduced: set[int]) -> Accum
                            else base + added.double())
         if number in reduced:
             handed[number] = tuple(grads)
-            present = [item for item in grads if item is not None]
-            mean = None if not present else torch.stack(present).sum(0) / len(runs)
-            grads = [mean] * len(runs)
+            grads = [mean_over_ranks(grads)] * len(runs)
         after[number] = tuple(grads)
     return Accumulated(handed, after)
 
 
-def summed(grads: Grads) -> torch.Tensor | None:
-    """The sum over ranks (a rank with no gradient adds zeros, as DDP's bucket slot does)."""
-    present = [item for item in grads if item is not None]
-    return None if not present else torch.stack(present).sum(0)
-
-
-__all__ = ["Accumulated", "accumulated", "summed"]
+__all__ = ["Accumulated", "accumulated"]

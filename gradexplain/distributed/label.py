@@ -21,8 +21,8 @@ from dataclasses import dataclass
 import torch
 
 from gradexplain.capture.checks import check
-from gradexplain.distributed.accumulate import Accumulated, accumulated, summed
-from gradexplain.distributed.reference import LocalRun
+from gradexplain.distributed.accumulate import Accumulated, accumulated
+from gradexplain.distributed.reference import LocalRun, summed
 from gradexplain.language.model import DDPOptions, WrapKind
 from gradexplain.records.check import Check
 from gradexplain.records.distributed import (
@@ -140,8 +140,8 @@ class _Reading:
                 why = None if changed_by is not None else "a backward call of the pass failed"
                 slots.append(BucketSlot(name, before, None, after, None, changed_by, why))
                 continue
-            after_check = None if after is None else _check(after, summed(handed), after)
-            slots.append(BucketSlot(name, before, _check(before, handed[self.rank], before),
+            after_check = None if after is None else _check(after, summed(handed))
+            slots.append(BucketSlot(name, before, _check(before, handed[self.rank]),
                                     after, after_check))
         return CheckedBucket(call.index, call.run, call.after_seq, tuple(slots))
 
@@ -161,7 +161,7 @@ class _Reading:
                                    "a backward call of the pass failed")
         expected = found.after[max(found.after)][self.rank]
         return DistributedGrad(grad.name, grad.value, whose,
-                               _check(grad.value, expected, grad.value))
+                               _check(grad.value, expected))
 
     def ddp_whose(self, name: str) -> Whose:
         """Whose gradient `name`'s .grad is at the end of the pass, from the calls DDP
@@ -230,7 +230,7 @@ class _Reading:
                              "a backward call of the pass failed")
         expected = found.after[event.run][self.rank]
         return ScopedArg(event.seq, event.args[0].name, whose,
-                         _check(value, expected, value))
+                         _check(value, expected))
 
     def changed_by(self, name: str) -> str | None:
         """The user's hook that changed `name`'s gradient on this rank in this pass, if any."""
@@ -282,7 +282,7 @@ class _Reading:
                 expected = None if found is None else found.after.get(run.run)
                 after = next((leaf.after for leaf in run.leaves if leaf.name == name), None)
                 checks[(run.run, name)] = (None if expected is None
-                                           else _check(after, expected[self.rank], after))
+                                           else _check(after, expected[self.rank]))
         return tuple(dataclasses.replace(step, leaves=tuple(
             dataclasses.replace(leaf, check=checks[(step.run, leaf.name)])
             if (step.run, leaf.name) in checks else leaf for leaf in step.leaves))
@@ -316,7 +316,7 @@ class _Reading:
             return DistributedGrad(grad.name, grad.value, whose, None,
                                    "checked per hook: the pass ran more than one backward call")
         return DistributedGrad(grad.name, grad.value, whose,
-                               _check(grad.value, expected, grad.value))
+                               _check(grad.value, expected))
 
     def fsdp_scoped(self, event: LabelledEvent) -> ScopedArg:
         whose, expected = self.fsdp_whose(event.target)
@@ -324,7 +324,7 @@ class _Reading:
         if not self.one_backward:
             return ScopedArg(event.seq, event.args[0].name, whose, None,
                              "the pass ran more than one backward call")
-        return ScopedArg(event.seq, event.args[0].name, whose, _check(value, expected, value))
+        return ScopedArg(event.seq, event.args[0].name, whose, _check(value, expected))
 
     def fsdp_silence(self, hook: str) -> str:
         if hook == "tensor":
@@ -345,19 +345,13 @@ def shard_rows(full: torch.Tensor, world_size: int, rank: int) -> tuple[int, int
     return start, min(rows, start + size)
 
 
-def _sum(local: Sequence[torch.Tensor | None]) -> torch.Tensor | None:
-    present = [item.double() for item in local if item is not None]
-    return None if not present else torch.stack(present).sum(0)
-
-
-def _check(value: TensorValue | None, expected: torch.Tensor | None,
-           shaped: TensorValue | None) -> Check:
+def _check(value: TensorValue | None, expected: torch.Tensor | None) -> Check:
     """`value` against `expected`; no gradient expected (no rank reached the leaf) is zeros
     of the value's shape where DDP put zeros, and no value at all where it left None."""
     if expected is None:
         if value is None:
             return Check(True, 0.0, None)
-        expected = torch.zeros(tuple(shaped.shape) if shaped is not None else ())
+        expected = torch.zeros(tuple(value.shape))
     return check(value, expected)
 
 

@@ -87,10 +87,21 @@ def reference_grads(per_rank: Sequence[LocalRun]) -> dict[
     result = {}
     for name in names:
         local = tuple(run.final.get(name) for run in per_rank)
-        present = [item.double() for item in local if item is not None]
-        mean = None if not present else (torch.stack(present).sum(0) / len(per_rank))
-        result[name] = (local, mean)
+        result[name] = (local, mean_over_ranks(local))
     return result
+
+
+def summed(grads: Sequence[torch.Tensor | None]) -> torch.Tensor | None:
+    """The sum over ranks, in float64 (a rank with no gradient adds zeros, as DDP's bucket
+    slot does); None where no rank has one."""
+    present = [item.double() for item in grads if item is not None]
+    return None if not present else torch.stack(present).sum(0)
+
+
+def mean_over_ranks(grads: Sequence[torch.Tensor | None]) -> torch.Tensor | None:
+    """The sum over ranks divided by the number of ranks, every rank counted."""
+    total = summed(grads)
+    return None if total is None else total / len(grads)
 
 
 def reference_records(reference: dict[str, tuple[tuple[torch.Tensor | None, ...],
@@ -102,4 +113,5 @@ def reference_records(reference: dict[str, tuple[tuple[torch.Tensor | None, ...]
                  for name, (local, mean) in reference.items())
 
 
-__all__ = ["CallGrads", "LocalRun", "local_grads", "reference_grads", "reference_records"]
+__all__ = ["CallGrads", "LocalRun", "local_grads", "mean_over_ranks", "reference_grads",
+           "reference_records", "summed"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gradexplain.records.distributed import BucketSlot, Whose
+from gradexplain.records.distributed import BucketSlot
 from gradexplain.records.distributed_diff import (
     ArgChange,
     BucketChange,
@@ -20,6 +20,7 @@ from gradexplain.records.distributed_diff import (
     PassChange,
     RankChange,
 )
+from gradexplain.render.distributed_json import whose_json
 from gradexplain.render.json_stream import Fields, Items, built
 from gradexplain.render.json_walk import arg_json, check_json, tensor_json
 
@@ -88,18 +89,13 @@ def _arg(arg: ArgChange) -> dict[str, Any]:
         "wrapped": None if arg.wrapped is None else arg_json(arg.wrapped),
         "same_value": arg.same_value,
         "same_label": arg.same_label,
-        "whose": None if arg.whose is None else _whose(arg.whose),
+        "whose": None if arg.whose is None else whose_json(arg.whose),
     }
     if arg.whose is not None:
         result["whose_check"] = check_json(arg.whose_check)
         if arg.not_checked:
             result["not_checked"] = arg.not_checked
     return result
-
-
-def _whose(whose: Whose) -> dict[str, Any]:
-    return {"scope": whose.scope, "text": whose.text, "when": whose.when,
-            "rows": None if whose.rows is None else list(whose.rows)}
 
 
 def _bucket(change: BucketChange) -> dict[str, Any]:
@@ -120,7 +116,7 @@ def _grad(grad: GradChange) -> dict[str, Any]:
     if grad.single is not None:
         single = {**tensor_json(grad.single.value), "check": check_json(grad.single.check)}
     if grad.wrapped is not None:
-        wrapped = {**tensor_json(grad.wrapped.value), "whose": _whose(grad.wrapped.whose),
+        wrapped = {**tensor_json(grad.wrapped.value), "whose": whose_json(grad.wrapped.whose),
                    "check": check_json(grad.wrapped.check)}
         if grad.wrapped.not_checked:
             wrapped["not_checked"] = grad.wrapped.not_checked

@@ -102,13 +102,14 @@ def _grad(grad: DistributedGrad) -> dict[str, Any]:
 
 def _read(whose: Whose, check: Check | None, not_checked: str | None) -> dict[str, Any]:
     """A value read as distributed: whose it is, its check, and why not, where there is none."""
-    result: dict[str, Any] = {"whose": _whose(whose), "check": check_json(check)}
+    result: dict[str, Any] = {"whose": whose_json(whose), "check": check_json(check)}
     if not_checked:
         result["not_checked"] = not_checked
     return result
 
 
-def _whose(whose: Whose) -> dict[str, Any]:
+def whose_json(whose: Whose) -> dict[str, Any]:
+    """Whose derivative a value is, as both distributed documents write it."""
     return {"scope": whose.scope, "text": whose.text, "when": whose.when,
             "rows": None if whose.rows is None else list(whose.rows)}
 
@@ -118,4 +119,4 @@ def _reference(item: ReferenceGrad) -> dict[str, Any]:
             "mean": plain_values(item.mean)}
 
 
-__all__ = ["SCHEMA", "distributed_document", "distributed_json"]
+__all__ = ["SCHEMA", "distributed_document", "distributed_json", "whose_json"]
