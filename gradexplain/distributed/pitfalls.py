@@ -8,21 +8,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from gradexplain.distributed.label import Setup
 from gradexplain.records.distributed import Pitfall, RankPass, RankWalk
 from gradexplain.records.numbers import fmt_value
 from gradexplain.records.trace import TensorValue
 
-Finder = Callable[[Sequence[RankWalk], int], Pitfall | None]
+# Each finder reads the ranks' records and how the walk ran (its wrapping and DDP's options),
+# never the wording of a record.
+Finder = Callable[[Sequence[RankWalk], Setup], Pitfall | None]
 
 
 def _value(value: TensorValue | None) -> str:
     return "None" if value is None else fmt_value(value)
-
-
-def _event_value(rank: RankWalk, mode: str, seq: int) -> TensorValue | None:
-    walk_pass = next(item for item in rank.walk.passes if item.mode == mode)
-    event = next(item for item in walk_pass.events if item.seq == seq)
-    return event.args[0].value if event.args else None
 
 
 def _final(rank_pass: RankPass, name: str) -> TensorValue | None:
@@ -33,7 +30,7 @@ def _main_pass(rank: RankWalk) -> RankPass | None:
     return rank.pass_named("full") or (rank.passes[0] if rank.passes else None)
 
 
-def post_accumulate_local(ranks: Sequence[RankWalk], world_size: int) -> Pitfall | None:
+def post_accumulate_local(ranks: Sequence[RankWalk], setup: Setup) -> Pitfall | None:
     """DDP: a post-accumulate-grad hook sees this rank's own `.grad`, before the all-reduce."""
     return _local_hook(ranks, "post_accumulate_grad", "post_accumulate_local",
                        "register_post_accumulate_grad_hook sees this rank's own .grad",
@@ -41,7 +38,7 @@ def post_accumulate_local(ranks: Sequence[RankWalk], world_size: int) -> Pitfall
                        "passes) steps on unsynchronised gradients: each rank a different model.")
 
 
-def tensor_hook_local(ranks: Sequence[RankWalk], world_size: int) -> Pitfall | None:
+def tensor_hook_local(ranks: Sequence[RankWalk], setup: Setup) -> Pitfall | None:
     """DDP: `param.register_hook` sees this rank's own gradient, not the average."""
     return _local_hook(ranks, "tensor", "tensor_hook_local",
                        "param.register_hook sees this rank's own gradient, not the average",
@@ -53,67 +50,58 @@ def tensor_hook_local(ranks: Sequence[RankWalk], world_size: int) -> Pitfall | N
 
 def _local_hook(ranks: Sequence[RankWalk], hook: str, key: str, title: str,
                 consequence: str) -> Pitfall | None:
-    if len(ranks) < 2:
+    """The first parameter whose `hook` got this rank's own value while its .grad ended as the
+    mean, told with every rank's value (one whose ranks' values differ says it best)."""
+    rank_pass = _main_pass(ranks[0]) if len(ranks) > 1 else None
+    if rank_pass is None:
         return None
-    # The first parameter whose ranks' values differ says it best; else the first one.
-    for scoped in sorted((_main_pass(ranks[0]) or _empty()).scoped,
-                         key=lambda item: _same_on_every_rank(ranks, item.seq)):
-        rank_pass = _main_pass(ranks[0])
-        assert rank_pass is not None
-        walk_pass = next(item for item in ranks[0].walk.passes if item.mode == rank_pass.mode)
-        event = next(item for item in walk_pass.events if item.seq == scoped.seq)
+    walk_pass = next(item for item in ranks[0].walk.passes if item.mode == rank_pass.mode)
+    events = {event.seq: event for event in walk_pass.events}
+    found = []
+    for scoped in rank_pass.scoped:
+        event = events[scoped.seq]
         # Only a hook that got this rank's own value (FSDP2's post-accumulate hooks get the
         # averaged shard: the pitfall is not there).
-        if event.hook != hook or scoped.whose.scope != "local":
+        if event.hook != hook or scoped.whose.scope != "local" or not event.args:
             continue
         grad = next((item for item in rank_pass.grads if item.name == event.target), None)
         if grad is None or grad.whose.scope != "mean":
             continue
-        others = []
-        for rank in ranks[1:]:
-            other_pass = _main_pass(rank)
-            if other_pass is None:
-                continue
-            other_walk = next(item for item in rank.walk.passes if item.mode == other_pass.mode)
-            match = next((item for item in other_walk.events if item.hook == hook
-                          and item.target == event.target), None)
-            if match is not None and match.args:
-                others.append(f"rank {rank.rank}'s {_value(match.args[0].value)}")
-        seen = _value(_event_value(ranks[0], rank_pass.mode, scoped.seq))
-        text = (f"On {event.target}, rank 0's hook got {seen}"
-                f"{', ' + ', '.join(others) if others else ''}; after backward, .grad is the "
-                f"mean on every rank: {_value(grad.value)}. {consequence}")
-        return Pitfall(key, title, text)
-    return None
+        mine = event.args[0].value
+        theirs = _counterparts(ranks[1:], hook, event.target)
+        same = all(value == mine for _, value in theirs)
+        found.append((same, event.target, mine, theirs, grad))
+    if not found:
+        return None
+    _, target, mine, theirs, grad = min(found, key=lambda item: item[0])
+    others = ", ".join(f"rank {rank}'s {_value(value)}" for rank, value in theirs)
+    return Pitfall(key, title,
+                   f"On {target}, rank 0's hook got {_value(mine)}"
+                   f"{', ' + others if others else ''}; after backward, .grad is the mean on "
+                   f"every rank: {_value(grad.value)}. {consequence}")
 
 
-def _same_on_every_rank(ranks: Sequence[RankWalk], seq: int) -> bool:
-    """Whether every rank's hook call at `seq` (the same on every rank: the same model) got
-    the same value."""
+def _counterparts(ranks: Sequence[RankWalk], hook: str,
+                  target: str) -> list[tuple[int, TensorValue | None]]:
+    """Each rank's first value of `hook` on `target` in its main pass, for the ranks that
+    have one (their models are the same; their event numbers need not be), by rank."""
     values = []
     for rank in ranks:
         rank_pass = _main_pass(rank)
         if rank_pass is None:
-            return True
-        try:
-            values.append(_event_value(rank, rank_pass.mode, seq))
-        except StopIteration:
-            return True
-    return all(value == values[0] for value in values)
+            continue
+        walk_pass = next(item for item in rank.walk.passes if item.mode == rank_pass.mode)
+        match = next((event for event in walk_pass.events
+                      if event.hook == hook and event.target == target and event.args), None)
+        if match is not None:
+            values.append((rank.rank, match.args[0].value))
+    return values
 
 
-def _empty() -> RankPass:
-    return RankPass("full", (), (), (), ())
-
-
-def no_sync_local(ranks: Sequence[RankWalk], world_size: int) -> Pitfall | None:
+def no_sync_local(ranks: Sequence[RankWalk], setup: Setup) -> Pitfall | None:
     """DDP inside no_sync(): `.grad` stays each rank's own."""
     rank_pass = _main_pass(ranks[0]) if ranks else None
-    if rank_pass is None or not rank_pass.grads:
-        return None
-    if any("no_sync" not in grad.whose.when for grad in rank_pass.grads
-           if grad.whose.scope == "local" and "input" not in grad.whose.when) or not any(
-               "no_sync" in grad.whose.when for grad in rank_pass.grads):
+    if setup.wrap != "ddp" or not setup.ddp.no_sync or rank_pass is None or not rank_pass.grads:
         return None
     return Pitfall("no_sync_local", "inside no_sync(), .grad stays each rank's own",
                    "No bucket was all-reduced: every rank's .grad is its own gradient, and the "
@@ -122,33 +110,34 @@ def no_sync_local(ranks: Sequence[RankWalk], world_size: int) -> Pitfall | None:
                    "accumulated .grad.")
 
 
-def unused_parameter(ranks: Sequence[RankWalk], world_size: int) -> Pitfall | None:
+def unused_parameter(ranks: Sequence[RankWalk], setup: Setup) -> Pitfall | None:
     """DDP with find_unused_parameters: a rank that never used a parameter still gets its
-    gradient, which none of its hooks saw."""
+    gradient (another rank used it), which none of its hooks saw."""
+    if setup.wrap != "ddp":
+        return None
     for rank in ranks:
         rank_pass = _main_pass(rank)
         if rank_pass is None:
             continue
         for silent in rank_pass.silent:
-            if "find_unused_parameters" in silent.why and silent.hook == "tensor":
-                value = _final(rank_pass, silent.target)
+            value = _final(rank_pass, silent.target)
+            if silent.hook == "tensor" and value is not None:
                 return Pitfall(
                     "unused_parameter",
                     "a rank that never used a parameter gets a gradient for it",
                     f"Rank {rank.rank}'s forward did not use {silent.target}, so none of its "
                     f"hooks fired there; DDP put zeros in its bucket slot, and after backward "
                     f"its .grad on rank {rank.rank} is {_value(value)}: the other ranks' sum "
-                    f"/ {world_size}.")
+                    f"/ {setup.world_size}.")
     return None
 
 
-def fsdp_tensor_hook_silent(ranks: Sequence[RankWalk], world_size: int) -> Pitfall | None:
+def fsdp_tensor_hook_silent(ranks: Sequence[RankWalk], setup: Setup) -> Pitfall | None:
     """FSDP2: `param.register_hook` never fires."""
     rank_pass = _main_pass(ranks[0]) if ranks else None
-    if rank_pass is None:
+    if setup.wrap != "fsdp" or rank_pass is None:
         return None
-    silent = [item.target for item in rank_pass.silent
-              if item.hook == "tensor" and "FSDP2" in item.why]
+    silent = [item.target for item in rank_pass.silent if item.hook == "tensor"]
     if not silent:
         return None
     return Pitfall("fsdp_tensor_hook_silent", "under FSDP2, param.register_hook never fires",
@@ -159,7 +148,7 @@ def fsdp_tensor_hook_silent(ranks: Sequence[RankWalk], world_size: int) -> Pitfa
                    "reduce-scatter.")
 
 
-def fsdp_post_accumulate_mean(ranks: Sequence[RankWalk], world_size: int) -> Pitfall | None:
+def fsdp_post_accumulate_mean(ranks: Sequence[RankWalk], setup: Setup) -> Pitfall | None:
     """FSDP2: the post-accumulate hook sees this rank's shard of the mean (unlike DDP)."""
     rank_pass = _main_pass(ranks[0]) if ranks else None
     if rank_pass is None or not rank_pass.scoped:
@@ -176,7 +165,7 @@ def fsdp_post_accumulate_mean(ranks: Sequence[RankWalk], world_size: int) -> Pit
                    "gradient, before the all-reduce.")
 
 
-def module_hooks_local(ranks: Sequence[RankWalk], world_size: int) -> Pitfall | None:
+def module_hooks_local(ranks: Sequence[RankWalk], setup: Setup) -> Pitfall | None:
     """Module backward hooks see activation gradients, which no wrapping synchronises."""
     if not ranks:
         return None
@@ -195,9 +184,9 @@ FINDERS: tuple[Finder, ...] = (tensor_hook_local, post_accumulate_local, no_sync
                                fsdp_post_accumulate_mean, module_hooks_local)
 
 
-def pitfalls(ranks: Sequence[RankWalk], world_size: int) -> tuple[Pitfall, ...]:
+def pitfalls(ranks: Sequence[RankWalk], setup: Setup) -> tuple[Pitfall, ...]:
     """Every pitfall this walk shows, in a fixed order."""
-    found = (finder(ranks, world_size) for finder in FINDERS)
+    found = (finder(ranks, setup) for finder in FINDERS)
     return tuple(item for item in found if item is not None)
 
 

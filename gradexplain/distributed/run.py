@@ -71,8 +71,7 @@ def capture_distributed(plan: Plan, launch: Launcher | None = None) -> Distribut
         spec=first.spec, name=first.name, about=first.about, torch=torch.__version__,
         world_size=plan.setup.world_size, wrap=plan.setup.wrap, backend="gloo",
         ddp=plan.setup.ddp if plan.setup.wrap == "ddp" else None, ranks=ranks,
-        reference=reference_records(reference), pitfalls=pitfalls(ranks,
-                                                                  plan.setup.world_size),
+        reference=reference_records(reference), pitfalls=pitfalls(ranks, plan.setup),
         notes=_notes(plan, report.notes))
 
 
