@@ -17,6 +17,7 @@ import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 
@@ -100,6 +101,7 @@ class _Reading:
         self.reference = reference
         self.local_runs = runs
         self.setup = setup
+        self.accumulations: dict[str, Accumulated | None] = {}
         self.ranks = f"{setup.world_size} ranks"
         backward = [run for run in trace.runs if run.kind == "backward"]
         # FSDP2's values are checked in a pass of one backward call (one reduce-scatter); DDP's
@@ -124,11 +126,14 @@ class _Reading:
                 and any(item is not None for item in bucket.after)}
 
     def accumulated(self, name: str) -> Accumulated | None:
-        """`name`'s .grad on every rank, call by call, from the single-process runs; None
-        where a call failed (the single-process run stops there, the pass goes on)."""
-        if any(run.failed for run in self.trace.runs):
-            return None
-        return accumulated(self.local_runs, name, self.reduced_calls(name))
+        """`name`'s .grad on every rank, call by call, from the single-process runs (computed
+        once per parameter: its buckets, its .grad and each call ask); None where a call
+        failed (the single-process run stops there, the pass goes on)."""
+        if name not in self.accumulations:
+            self.accumulations[name] = (
+                None if any(run.failed for run in self.trace.runs)
+                else accumulated(self.local_runs, name, self.reduced_calls(name)))
+        return self.accumulations[name]
 
     def bucket(self, call: BucketCall) -> CheckedBucket:
         slots = []
@@ -234,11 +239,18 @@ class _Reading:
 
     def changed_by(self, name: str) -> str | None:
         """The user's hook that changed `name`'s gradient on this rank in this pass, if any."""
+        return self.changers.get(name)
+
+    @cached_property
+    def changers(self) -> dict[str, str]:
+        """Each tensor a user's hook changed the gradient of in this pass, with the first
+        such hook (read once: every slot, grad and call asks)."""
+        found: dict[str, str] = {}
         for event in self.walk_pass.events:
-            if (event.target == name and event.user is not None and event.changed
+            if (event.user is not None and event.changed
                     and event.hook in ("tensor", "post_accumulate_grad")):
-                return event.user
-        return None
+                found.setdefault(event.target, event.user)
+        return found
 
     def silent(self, reduced: set[str]) -> tuple[Silent, ...]:
         """The parameters' tensor and post-accumulate hooks that never fired on this rank."""
