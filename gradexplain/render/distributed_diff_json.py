@@ -105,10 +105,13 @@ def _bucket(change: BucketChange) -> dict[str, Any]:
 
 
 def _slot(slot: BucketSlot) -> dict[str, Any]:
-    return {"parameter": slot.parameter,
-            "before": tensor_json(slot.before), "before_check": check_json(slot.before_check),
-            "after": tensor_json(slot.after), "after_check": check_json(slot.after_check),
-            "changed_by": slot.changed_by}
+    result = {"parameter": slot.parameter,
+              "before": tensor_json(slot.before), "before_check": check_json(slot.before_check),
+              "after": tensor_json(slot.after), "after_check": check_json(slot.after_check),
+              "changed_by": slot.changed_by}
+    if slot.not_checked:
+        result["not_checked"] = slot.not_checked
+    return result
 
 
 def _grad(grad: GradChange) -> dict[str, Any]:

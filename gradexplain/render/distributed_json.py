@@ -12,6 +12,7 @@ from typing import Any
 
 from gradexplain.records.codec import to_data
 from gradexplain.records.distributed import (
+    BucketSlot,
     CheckedBucket,
     DistributedGrad,
     DistributedWalk,
@@ -82,13 +83,20 @@ def _bucket(bucket: CheckedBucket) -> dict[str, Any]:
         "index": bucket.index,
         "run": bucket.run,
         "after_seq": bucket.after_seq,
-        "slots": [{"parameter": slot.parameter,
-                   "before": plain_values(slot.before),
-                   "before_check": check_json(slot.before_check),
-                   "after": plain_values(slot.after),
-                   "after_check": check_json(slot.after_check),
-                   "changed_by": slot.changed_by} for slot in bucket.slots],
+        "slots": [_slot(slot) for slot in bucket.slots],
     }
+
+
+def _slot(slot: BucketSlot) -> dict[str, Any]:
+    result = {"parameter": slot.parameter,
+              "before": plain_values(slot.before),
+              "before_check": check_json(slot.before_check),
+              "after": plain_values(slot.after),
+              "after_check": check_json(slot.after_check),
+              "changed_by": slot.changed_by}
+    if slot.not_checked:
+        result["not_checked"] = slot.not_checked
+    return result
 
 
 def _scoped(arg: ScopedArg) -> dict[str, Any]:

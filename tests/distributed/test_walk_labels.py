@@ -371,3 +371,27 @@ def test_a_wrong_whose_fails_its_check(claims_flipped: None) -> None:
         assert grads["fc2.weight"].check is not None
         assert not grads["fc2.weight"].check.verified
     assert walk.failures()
+
+
+def test_a_failed_call_leaves_the_buckets_unchecked_and_says_why() -> None:
+    """A second backward without retain_graph: torch refuses it, the single-process runs stop
+    there, so the bucket of call 1 is left unchecked, with the reason in the records and the
+    JSON (and the values are still plain torch's)."""
+    from jsonschema import Draft202012Validator
+
+    from gradexplain.render.distributed_json import distributed_json
+    from gradexplain.schemas import load_schema
+
+    text = FACTS_MODEL.replace("backward: loss", "backward: {of: loss, times: 2}")
+    walk = distributed_walk(text, FACTS_INPUTS, "ddp")
+    for rank in walk.ranks:
+        (bucket,) = rank_pass(rank, "full").buckets
+        for slot in bucket.slots:
+            assert slot.before_check is None and slot.after_check is None
+            assert slot.not_checked is not None
+            assert close(slot.before, facts_local(rank.rank)[slot.parameter])
+    document = distributed_json(walk)
+    slots = [slot for rank in document["ranks"] for walk_pass in rank["passes"]
+             for bucket in walk_pass["buckets"] for slot in bucket["slots"]]
+    assert slots and all(slot["not_checked"] for slot in slots)
+    Draft202012Validator(load_schema("walk-distributed")).validate(document)

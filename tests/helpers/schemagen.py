@@ -566,6 +566,9 @@ def distributed_schema() -> Schema:
             "changed_by": {"type": ["string", "null"],
                            "description": "The user's hook that changed what this rank put "
                                           "in (then nothing is checked)."},
+            "not_checked": {"type": "string",
+                            "description": "Present only where the slot has no checks and no "
+                                           "hook of the user's explains it: why."},
         },
         "required": ["parameter", "before", "before_check", "after", "after_check",
                      "changed_by"],
@@ -736,6 +739,7 @@ def distributed_diff_schema() -> Schema:
         "before": {"$ref": "#/$defs/tensor"}, "before_check": _nullable("check"),
         "after": {"$ref": "#/$defs/tensor"}, "after_check": _nullable("check"),
         "changed_by": {"type": ["string", "null"]},
+        "not_checked": {"type": "string"},
     })
     bucket = _object("A call of DDP's communication hook, which only the wrapped run makes.", {
         "index": {"type": "integer", "minimum": 0},
