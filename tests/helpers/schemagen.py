@@ -739,8 +739,8 @@ def distributed_diff_schema() -> Schema:
         "before": {"$ref": "#/$defs/tensor"}, "before_check": _nullable("check"),
         "after": {"$ref": "#/$defs/tensor"}, "after_check": _nullable("check"),
         "changed_by": {"type": ["string", "null"]},
-        "not_checked": {"type": "string"},
     })
+    slot["properties"]["not_checked"] = {"type": "string"}  # present only where there is a why
     bucket = _object("A call of DDP's communication hook, which only the wrapped run makes.", {
         "index": {"type": "integer", "minimum": 0},
         "run": {"type": "integer", "minimum": 0},
