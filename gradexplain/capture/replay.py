@@ -11,6 +11,7 @@ Positions are matched to the traced graph by the breadth-first order of `records
 
 from __future__ import annotations
 
+from collections import deque
 from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any
@@ -90,6 +91,7 @@ class Replay:
                 f"the traced {trace.mode} pass ({len(traced)} nodes), so no label of it could "
                 "be checked")
         self.rank = {node: index for index, node in enumerate(self.order)}
+        self.uses = _uses(roots)
         self.runs: dict[int, RunValues] = {}
         # Nodes whose own backward could not be run again here (a custom Function's backward
         # raised), by rank: why their edges' shares have no hook-free value.
@@ -136,6 +138,11 @@ class Replay:
                             range(len(node._input_metadata))]
                 if node.name() == ACCUMULATE or all(grad is None for grad in incoming):
                     continue
+                passed_on = self.passed_on(node, totals)
+                if passed_on is not None:
+                    edges.update(((rank, number), share) for number, share in
+                                 enumerate(passed_on))
+                    continue
                 filled = [grad if grad is not None else torch.zeros(
                     meta.shape, dtype=meta.dtype) for grad, meta in
                           zip(incoming, node._input_metadata, strict=True)]
@@ -155,6 +162,27 @@ class Replay:
                         zip(shares, node.next_functions, strict=False)):
                     edges[(rank, number)] = _as_engine_does(share, child, output)
         return RunValues(of, seed, totals, edges)
+
+    def passed_on(self, node: Node, totals: dict[Ranked, torch.Tensor | None]
+                  ) -> list[torch.Tensor | None] | None:
+        """A node's shares read from what the engine passed on, where each edge is the only
+        way into its tensor: that tensor's whole gradient is then the one share (the engine
+        sums shares, and reduces a broadcast one to its input's shape, as `_as_engine_does`).
+        None where some edge's tensor has other uses, or is a wrapper's, or the node is a
+        custom Function's (called again on its own, as before): the node's backward is then
+        run again (`_apply`)."""
+        if isinstance(node, BackwardCFunction):
+            return None
+        shares: list[torch.Tensor | None] = []
+        for child, output in node.next_functions:
+            if child is None:
+                shares.append(None)
+                continue
+            rank = self.rank.get(child)
+            if rank is None or self.uses.get((child, output), 0) != 1:
+                return None
+            shares.append(totals.get((rank, output)))
+        return shares
 
     def position_shape(self, position: Ranked) -> tuple[int, ...]:
         node = self.order[position[0]]
@@ -188,6 +216,24 @@ def _as_engine_does(share: torch.Tensor | None, child: Node | None,
         return None
     shape = tuple(child._input_metadata[output].shape)
     return share if tuple(share.shape) == shape else share.sum_to_size(shape)
+
+
+def _uses(roots: list[tuple[Node | None, int]]) -> dict[tuple[Node, int], int]:
+    """How many edges of the graph below `roots` lead into each (node, output): every node
+    reachable counted, wrappers too (what reaches a tensor through a wrapper is a use)."""
+    uses: dict[tuple[Node, int], int] = {}
+    queue = deque(node for node, _ in roots if node is not None)
+    seen: set[Node] = set()
+    while queue:
+        node = queue.popleft()
+        if node in seen:
+            continue
+        seen.add(node)
+        for child, output in node.next_functions:
+            if child is not None:
+                uses[(child, output)] = uses.get((child, output), 0) + 1
+                queue.append(child)
+    return uses
 
 
 def _no_op(module: Any, grad_input: Any, grad_output: Any) -> None:

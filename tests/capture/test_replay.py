@@ -104,3 +104,58 @@ def test_a_traced_graph_that_does_not_match_is_refused() -> None:
         with pytest.raises(ReplayMismatch):
             Replay(spec, view.trace, wrong)
     Replay(spec, view.trace, shape)
+
+
+def test_every_edge_share_is_what_the_nodes_own_backward_gives() -> None:
+    """Each edge's share is read from what the engine passed on where the edge is its tensor's
+    only use, and from the node run again where the tensor has several: both must be what
+    torch's node computes for that edge from its incoming gradient, reduced to the input's shape
+    as the engine reduces a broadcast one. Written here against torch's own nodes, on a model
+    with a Linear (its transposed weight), a broadcast bias, a tensor used twice and an op with
+    two outputs."""
+    from torch import nn
+
+    from gradexplain.capture.pymodel import python_source
+
+    class Mixed(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(3, 4)
+            self.shift = nn.Parameter(torch.tensor([0.5, -1.0, 2.0, 0.25]))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            h = torch.tanh(self.fc(x)) + self.shift
+            left, right = h.chunk(2, dim=1)
+            return (left * right * left).sum(dim=1)
+
+    torch.manual_seed(0)
+    source = python_source(Mixed(), (torch.randn(5, 3),), "Mixed")
+    traced = trace(source.build(), "legacy")
+    view = GraphView(traced)
+    replay = Replay(source.spec, traced, view.signature(), source.build)
+    (values,) = replay.runs.values()
+    counted = {"one use": 0, "several uses": 0}
+    for node in replay.order:
+        if node.name() == "torch::autograd::AccumulateGrad":
+            continue
+        rank = replay.rank[node]
+        incoming = [values.totals.get((rank, number))
+                    for number in range(len(node._input_metadata))]
+        if all(grad is None for grad in incoming):
+            continue
+        filled = [torch.zeros(meta.shape) if grad is None else grad
+                  for grad, meta in zip(incoming, node._input_metadata, strict=True)]
+        with torch.no_grad():
+            shares = node(*filled)
+        shares = shares if isinstance(shares, tuple) else (shares,)
+        for number, (share, (child, output)) in enumerate(
+                zip(shares, node.next_functions, strict=False)):
+            if child is None:
+                continue
+            want = share.sum_to_size(tuple(child._input_metadata[output].shape))
+            got = values.edges.get((rank, number))
+            assert got is not None and torch.allclose(got, want, rtol=1e-6, atol=1e-7), (
+                node.name(), number)
+            uses = replay.uses.get((child, output), 0)
+            counted["one use" if uses == 1 else "several uses"] += 1
+    assert counted["one use"] > 3 and counted["several uses"] >= 2, counted
