@@ -14,6 +14,7 @@ from gradexplain.capture.checks import check
 from gradexplain.capture.claims import ClaimChecker, Evaluated
 from gradexplain.capture.label import EventLabels
 from gradexplain.capture.lessons.torch_errors import explain_error
+from gradexplain.capture.pins import Pins
 from gradexplain.capture.remembered import forgetting
 from gradexplain.capture.replay import Replay, ReplayMismatch
 from gradexplain.capture.user_changes import Changes
@@ -35,9 +36,10 @@ from gradexplain.records.walk import (
 
 
 def checked_pass(trace: PassTrace, view: GraphView, events: list[EventLabels],
-                 replay: Replay | ReplayMismatch) -> PassWalk:
+                 replay: Replay | ReplayMismatch, pins: Pins | None = None) -> PassWalk:
     """Each label's claim evaluated against `replay`; where the check run could not rebuild
-    the pass's graph (`ReplayMismatch`), every derivative says so instead of being checked."""
+    the pass's graph (`ReplayMismatch`), every derivative says so instead of being checked.
+    Each argument is pinned to its chain-rule step by `pins` (None: the pass is not)."""
     checker = None
     if isinstance(replay, Replay):
         if view.signature() != replay.signature():
@@ -46,7 +48,8 @@ def checked_pass(trace: PassTrace, view: GraphView, events: list[EventLabels],
     # Why nothing of this pass could be checked, when its graph could not be rebuilt.
     unchecked = Evaluated(None, str(replay) if checker is None else None)
     changes = Changes(trace, view)
-    labelled = tuple(_labelled_event(item, checker, unchecked, changes) for item in events)
+    labelled = tuple(_labelled_event(item, checker, unchecked, changes, pins)
+                     for item in events)
     grads = _final_grads(trace, view, replay, changes) if isinstance(replay, Replay) else tuple(
         FinalGrad(name, value, None) for name, value in trace.grads)
     return PassWalk(trace.mode, labelled, grads, _warnings(trace), user_hooks=trace.user_hooks,
@@ -82,7 +85,7 @@ def _ops(counts: Counter[str]) -> str:
 
 
 def _labelled_event(item: EventLabels, checker: ClaimChecker | None,
-                    unchecked: Evaluated, changes: Changes) -> LabelledEvent:
+                    unchecked: Evaluated, changes: Changes, pins: Pins | None) -> LabelledEvent:
     event = item.event
     args = []
     for arg, label in zip(event.args, item.labels, strict=True):
@@ -101,7 +104,8 @@ def _labelled_event(item: EventLabels, checker: ClaimChecker | None,
             result = (unchecked if checker is None
                       else checker.evaluate(meaning, label.site.run, arg.value))
         args.append(LabelledArg(arg.name, arg.value, meaning, result.check,
-                                result.not_checked))
+                                result.not_checked,
+                                None if pins is None else pins.of_arg(label, meaning)))
     returned = None if event.returned is None else tuple(
         LabelledArg(arg.name, arg.value, None, None) for arg in event.returned)
     return LabelledEvent(event.seq, event.phase, event.run, event.hook, event.target,

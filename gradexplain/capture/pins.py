@@ -14,32 +14,10 @@ derivation's get no pin.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
-from gradexplain.capture.label import EventLabels, Source
-from gradexplain.records.walk import Derivation, LabelledEvent, PassWalk, Pin, Place
-
-
-def pin_pass(walk_pass: PassWalk, labelled: list[EventLabels],
-             derivations: tuple[Derivation, ...]) -> PassWalk:
-    """`walk_pass` with every argument that has a step pinned to it. Its graph must be the
-    derivation's (the same ranks): the caller leaves a pass whose graph changed unpinned."""
-    steps = _Steps.of(derivations)
-    events = tuple(_pinned_event(event, item, steps)
-                   for event, item in zip(walk_pass.events, labelled, strict=True))
-    return replace(walk_pass, events=events)
-
-
-def _pinned_event(event: LabelledEvent, item: EventLabels, steps: _Steps) -> LabelledEvent:
-    args = []
-    for arg, label in zip(event.args, item.labels, strict=True):
-        pin = (None if label.source is None or arg.meaning is None
-               or arg.meaning.kind == "zero" else steps.pin(label.source))
-        # Copied only where a pin changes it: a deep model has thousands of arguments.
-        args.append(arg if pin == arg.pin else replace(arg, pin=pin))
-    if all(new is old for new, old in zip(args, event.args, strict=True)):
-        return event
-    return replace(event, args=tuple(args))
+from gradexplain.capture.label import Label, Source
+from gradexplain.records.walk import Derivation, Meaning, Pin, Place
 
 
 @dataclass
@@ -53,11 +31,15 @@ class _Chain:
 
 
 @dataclass
-class _Steps:
+class Pins:
+    """The steps of a walk's derivations, by place and by edge, to pin hook arguments to. Only
+    a pass whose graph is the derivation's (the same ranks) is pinned: the caller leaves a
+    full pass whose graph changed without."""
+
     chains: dict[int, _Chain]  # every call's index -> the derivation that shows it
 
     @classmethod
-    def of(cls, derivations: tuple[Derivation, ...]) -> _Steps:
+    def of(cls, derivations: tuple[Derivation, ...]) -> Pins:
         chains: dict[int, _Chain] = {}
         for derivation in derivations:
             chain = _Chain(derivation.run)
@@ -74,6 +56,14 @@ class _Steps:
             for run in (derivation.run, *derivation.repeats):
                 chains[run] = chain
         return cls(chains)
+
+    def of_arg(self, label: Label, meaning: Meaning | None) -> Pin | None:
+        """The step a labelled argument's value is; none for zeros, forward values and what no
+        derivation shows. `meaning`: the argument's claim as recorded (a user's hook may have
+        changed it)."""
+        if label.source is None or meaning is None or meaning.kind == "zero":
+            return None
+        return self.pin(label.source)
 
     def pin(self, source: Source) -> Pin | None:
         chain = self.chains.get(source.run)
@@ -98,4 +88,4 @@ class _Steps:
         return None
 
 
-__all__ = ["pin_pass"]
+__all__ = ["Pins"]

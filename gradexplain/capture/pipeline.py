@@ -1,7 +1,7 @@
 """The one orchestrator: a model (a YAML spec or a Python model's builder) in, a Session out.
 
     build -> trace (legacy pass, full pass) -> label -> replay (the hook-free run)
-          -> check (passes) -> derive (the chain rule) -> lessons
+          -> derive (the chain rule) -> check and pin (passes) -> lessons
 
 `capture` is the whole of `gradexplain walk` before rendering; each stage is its own module.
 """
@@ -21,7 +21,7 @@ from gradexplain.capture.inplace import Probe, probe_inplace
 from gradexplain.capture.label import label_pass
 from gradexplain.capture.lessons import lessons_for
 from gradexplain.capture.passes import checked_pass, graph_change, run_steps
-from gradexplain.capture.pins import pin_pass
+from gradexplain.capture.pins import Pins
 from gradexplain.capture.remembered import remembering
 from gradexplain.capture.replay import Replay, ReplayMismatch
 from gradexplain.capture.trace import trace
@@ -47,8 +47,8 @@ from gradexplain.records.walk import Walk
 from gradexplain.threads import DEFAULT_THREADS, torch_threads
 
 # The stages `capture` reports to its `progress` callback, in order (for a progress bar).
-STAGES = ("legacy pass", "full pass", "labels", "check run", "checks: legacy",
-          "checks: full", "chain rule", "lessons")
+STAGES = ("legacy pass", "full pass", "labels", "check run", "chain rule", "checks: legacy",
+          "checks: full", "lessons")
 Progress = Callable[[str], None]
 
 
@@ -147,19 +147,18 @@ def _label_and_check(spec: ModelSpec, spec_path: str, legacy: PassTrace, full: P
             full_replay = Replay(spec, full, shapes[1], make, wrapped)
         except ReplayMismatch as mismatch:
             full_replay = mismatch
+    progress(STAGES[4])
+    chain_rule = derivations(spec, legacy, view, replay, naming)
+    pins = Pins.of(chain_rule)
     passes = []
     for stage, trace_, (pass_view, events), pass_replay in zip(
-            STAGES[4:6], (legacy, full), labelled, (replay, full_replay), strict=True):
+            STAGES[5:7], (legacy, full), labelled, (replay, full_replay), strict=True):
         progress(stage)
-        passes.append(checked_pass(trace_, pass_view, events, pass_replay))
+        # A full pass whose graph changed has other ranks than the derivation's: left unpinned.
+        pass_pins = pins if trace_ is legacy or changed is None else None
+        passes.append(checked_pass(trace_, pass_view, events, pass_replay, pass_pins))
     if changed is not None:
         passes[1] = replace(passes[1], graph_changed=changed)
-    progress(STAGES[6])
-    chain_rule = derivations(spec, legacy, view, replay, naming)
-    # A full pass whose graph changed has other ranks than the derivation's: left unpinned.
-    passes = [pin_pass(walk_pass, events, chain_rule) if index == 0 or changed is None
-              else walk_pass for index, (walk_pass, (_, events)) in
-              enumerate(zip(passes, labelled, strict=True))]
     runs = run_steps(spec, legacy, view, replay)
     progress(STAGES[7])
     return Walk(
