@@ -21,12 +21,16 @@ statistics, which keep the tensor) is also shared with another tensor of the sam
 strides, dtype and alignment, found by its first and last bytes and then compared in full: the
 full pass and the check run compute the legacy pass's values again. The capture keeps one block
 for both passes and the checks (`pipeline`).
+
+The check run's gradients are the capture's own, and nothing runs on them once computed: they
+are `keep`-ed, and compared with their entry's copy only on first use (which finds a freed
+tensor's entry at the same address), not at each of the thousands of checks against them.
 """
 
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, TypeVar, cast
@@ -60,13 +64,17 @@ class _Entry:
 
 
 class _Memo:
-    """One `remembering()` block: the entries by key, and by what their values look like."""
+    """One `remembering()` block: the entries by key, and by what their values look like; the
+    keys of tensors `kept` (each tensor held, so that its address stays its own), and those of
+    them whose entry has been compared once."""
 
-    __slots__ = ("entries", "looks")
+    __slots__ = ("compared", "entries", "kept", "looks")
 
     def __init__(self) -> None:
         self.entries: dict[Hashable, _Entry] = {}
         self.looks: dict[Hashable, list[_Entry]] = {}
+        self.kept: dict[Hashable, torch.Tensor] = {}
+        self.compared: set[Hashable] = set()
 
 
 _memo: ContextVar[_Memo | None] = ContextVar("gradexplain_memo", default=None)
@@ -107,15 +115,39 @@ def remembered(tensor: torch.Tensor, kind: Hashable, compute: Callable[[torch.Te
             or tensor.layout != torch.strided or tensor.dtype not in _PLAIN
             or tensor.is_inference() or tensor.numel() == 0 or not _one_block(tensor)):
         return compute(tensor)
-    key = (tensor.data_ptr(), tensor.shape, tensor.stride(), tensor.dtype, tensor._version)
+    key = _key(tensor)
     entry = memo.entries.get(key)
-    if entry is None or not _same(tensor, entry.copy):
+    if entry is None or (key not in memo.compared and not _same(tensor, entry.copy)):
         entry = memo.entries[key] = _new_entry(memo, tensor)
+    if key in memo.kept:
+        memo.compared.add(key)
     found = entry.alike if alike else entry.results
     if kind in found:
         return cast(T, found[kind])
     result = found[kind] = compute(tensor)
     return result
+
+
+def keep(tensors: Iterable[torch.Tensor | None]) -> None:
+    """Within the block, these tensors are the capture's own and no code changes them from now
+    on (the check run's gradients, once it has run): each is held, so that no other tensor
+    takes its address, and after its first use here its entry is taken without comparing its
+    values again. A deep model's checks and chain rule compare thousands of times against a
+    few hundred of them, and comparing their bytes each time cost more than the checks. A
+    view of one in the same layout (`detach()`) is the same values, and found the same way;
+    an in-place change that torch counts gives another key."""
+    memo = _memo.get()
+    if memo is None:
+        return
+    for tensor in tensors:
+        if tensor is not None and type(tensor) in _TYPES and tensor.is_cpu \
+                and tensor.layout == torch.strided:
+            memo.kept.setdefault(_key(tensor), tensor)
+
+
+def _key(tensor: torch.Tensor) -> Hashable:
+    """Where a tensor's values are, in what layout, and torch's count of in-place changes."""
+    return (tensor.data_ptr(), tensor.shape, tensor.stride(), tensor.dtype, tensor._version)
 
 
 def _new_entry(memo: _Memo, tensor: torch.Tensor) -> _Entry:

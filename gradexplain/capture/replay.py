@@ -21,6 +21,7 @@ from torch.autograd.function import BackwardCFunction
 from torch.autograd.graph import GradientEdge
 
 from gradexplain.capture.build import Builder, Built, build, make_tensor, observe
+from gradexplain.capture.remembered import keep
 from gradexplain.capture.user_hooks import user_hooks
 from gradexplain.capture.values import grad_outputs
 from gradexplain.errors import GradexplainError
@@ -161,6 +162,9 @@ class Replay:
                 for number, (share, (child, output)) in enumerate(
                         zip(shares, node.next_functions, strict=False)):
                     edges[(rank, number)] = _as_engine_does(share, child, output)
+        # Nothing changes these from here on: the checks and the chain rule take what they
+        # compute from each once (`remembered.keep`).
+        keep((*totals.values(), *edges.values()))
         return RunValues(of, seed, totals, edges)
 
     def passed_on(self, node: Node, totals: dict[Ranked, torch.Tensor | None]

@@ -14,7 +14,7 @@ import torch
 
 from gradexplain.capture import remembered as remembered_module
 from gradexplain.capture.checks import check
-from gradexplain.capture.remembered import forgetting, remembered, remembering
+from gradexplain.capture.remembered import forgetting, keep, remembered, remembering
 from gradexplain.capture.values import tensor_value, value_limit
 from gradexplain.records.trace import Summary, TensorValue
 
@@ -153,6 +153,50 @@ def test_a_freed_tensors_address_reused_by_other_values() -> None:
             del tensor
     for number, value in enumerate(seen):
         assert value == TensorValue((4, 5), "float32", [[float(number)] * 5] * 4)
+
+
+def test_a_kept_tensor_is_compared_once_and_still_recorded_anew_when_torch_counts_a_change(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tensor `keep` marks as the capture's own (the check run's gradients) is compared with
+    its entry's copy on its first use only; an in-place change torch counts still gives it
+    another entry, so it is computed again."""
+    compared: list[int] = []
+    real_same = remembered_module._same
+
+    def counting(tensor: torch.Tensor, copy: torch.Tensor) -> bool:
+        compared.append(tensor.data_ptr())
+        return real_same(tensor, copy)
+
+    monkeypatch.setattr(remembered_module, "_same", counting)
+    tensor, other = torch.arange(6.0).reshape(2, 3), torch.arange(6.0).reshape(2, 3) + 1
+    calls, total = _counted()
+    with remembering():
+        assert remembered(tensor, "sum", total) == 15.0  # its entry, made before it is kept
+        keep([tensor])
+        for _ in range(3):
+            assert remembered(tensor, "sum", total) == 15.0
+            assert remembered(tensor.detach(), "sum", total) == 15.0
+            assert remembered(other, "sum", total) == 21.0
+        assert compared.count(tensor.data_ptr()) == 1  # its first use once kept
+        assert compared.count(other.data_ptr()) == 2  # not kept: every use after the first
+        tensor.mul_(2.0)
+        assert remembered(tensor, "sum", total) == 30.0
+    assert len(calls) == 3
+
+
+def test_a_kept_tensor_at_a_freed_tensors_address_is_not_taken_for_it() -> None:
+    """A tensor recorded and freed, and a kept one made in its memory with the same shape and
+    version: its first use compares, and finds other values."""
+    with remembering():
+        for number in range(20):
+            freed = torch.full((4, 5), float(number))
+            assert tensor_value(freed) == TensorValue((4, 5), "float32", [[float(number)] * 5] * 4)
+            del freed
+            kept = torch.full((4, 5), float(number) + 0.5)
+            keep([kept])
+            want = TensorValue((4, 5), "float32", [[float(number) + 0.5] * 5] * 4)
+            assert tensor_value(kept) == want and tensor_value(kept) == want
+            del kept
 
 
 @pytest.mark.parametrize("make", [
