@@ -22,3 +22,29 @@ def test_the_cycle_collector_resumes_after_an_output_as_it_was() -> None:
         assert not gc.isenabled()  # left off by whoever turned it off
     finally:
         gc.enable()
+
+
+def test_what_a_block_made_is_promoted_unwalked_and_nothing_frozen_is_thawed() -> None:
+    """Objects made in the block leave the youngest generation at its end (the first
+    collection after it need not walk them), and are still collected when garbage; where
+    something is frozen (as `cli.entry` freezes its start-up), it stays frozen."""
+    gc.collect()
+    with collector_paused():
+        made = [[index] for index in range(50_000)]
+        cycle: list[object] = []
+        cycle.append(cycle)
+        assert gc.get_count()[0] >= 50_000
+    oldest = {id(item) for item in gc.get_objects(generation=2)}
+    assert id(made) in oldest and id(made[-1]) in oldest
+    del cycle
+    assert gc.collect() >= 1  # the cycle, promoted, is found by a full collection
+    frozen = [[index] for index in range(100)]
+    gc.freeze()
+    try:
+        before = gc.get_freeze_count()
+        with collector_paused():
+            more = [[index] for index in range(1_000)]
+        assert gc.get_freeze_count() == before
+        assert len(more) == len(frozen) * 10
+    finally:
+        gc.unfreeze()

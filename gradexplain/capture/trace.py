@@ -516,7 +516,9 @@ class _Recorder:
             )
             for node in self.node_objects
         )
-        grads = tuple((name, tensor_value(tensor.grad))
+        # The last call's `.grad`s after it were just recorded, and nothing has run since.
+        after = dict(self.runs[-1].after) if self.runs else {}
+        grads = tuple((name, after[name] if name in after else tensor_value(tensor.grad))
                       for name, tensor in self.built.leaves().items())
         return PassTrace(self.mode, tuple(self.events), tuple(tensors), graph,
                          tuple(self.calls), tuple(self.runs), grads, tuple(self.warnings),
