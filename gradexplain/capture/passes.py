@@ -34,6 +34,9 @@ from gradexplain.records.walk import (
     RunStep,
 )
 
+# What an argument that is no derivative (or one a user's hook changed) has for a check.
+NOT_EVALUATED = Evaluated(None)
+
 
 def checked_pass(trace: PassTrace, view: GraphView, events: list[EventLabels],
                  replay: Replay | ReplayMismatch, pins: Pins | None = None) -> PassWalk:
@@ -89,7 +92,7 @@ def _labelled_event(item: EventLabels, checker: ClaimChecker | None,
     event = item.event
     args = []
     for arg, label in zip(event.args, item.labels, strict=True):
-        result = Evaluated(None)
+        result = NOT_EVALUATED
         meaning = label.meaning
         changed_by = None
         if changes and meaning is not None and label.site is not None:

@@ -21,7 +21,7 @@ import math
 import sys
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ import torch
 from torch import nn
 
 from gradexplain.capture.build import Built
+from gradexplain.capture.pool import ParameterPool
 from gradexplain.capture.usercode import (
     caught,
     described,
@@ -303,10 +304,12 @@ class PythonSource:
     model: nn.Module
     inputs: tuple[torch.Tensor, ...]
     description: str
+    # The parameters' values, copied once and shared by the builds while no pass changes them.
+    pool: ParameterPool = field(default_factory=ParameterPool, compare=False, repr=False)
 
     def build(self) -> Built:
         try:
-            model = copy.deepcopy(self.model)
+            model = copy.deepcopy(self.model, self.pool.memo(self.model))
         except RuntimeError as error:
             if user_frame(error) is not None:
                 raise  # the user's own __deepcopy__: blamed on the model (usercode)

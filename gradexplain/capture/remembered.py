@@ -185,6 +185,14 @@ def _one_block(tensor: torch.Tensor) -> bool:
     return True
 
 
+def same_bits(tensor: torch.Tensor, copy: torch.Tensor) -> bool:
+    """Whether a contiguous CPU tensor and its copy hold the same bits, in the same shape and
+    dtype (a dtype whose bytes are its values: `_PLAIN`)."""
+    return (tensor.dtype in _PLAIN and copy.dtype == tensor.dtype
+            and copy.shape == tensor.shape and tensor.is_contiguous() and copy.is_contiguous()
+            and _same(tensor, copy))
+
+
 def _same(tensor: torch.Tensor, copy: torch.Tensor) -> bool:
     """Whether two one-block CPU tensors of one shape, strides and dtype hold the same bits (so
     -0.0 and 0.0 differ, and a nan equals itself)."""
