@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from gradexplain import explain
-from gradexplain.capture.pymodel import python_source
+from gradexplain.capture.pymodel import PythonSource, python_source
 from tests.helpers.pyoracle import recorded
 
 
@@ -25,7 +25,8 @@ class Tied(nn.Module):
         self.decode.weight = self.encode.weight
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.decode(torch.tanh(self.hidden(torch.relu(self.encode(x)))))
+        out: torch.Tensor = self.decode(torch.tanh(self.hidden(torch.relu(self.encode(x)))))
+        return out
 
 
 class Drifting(Tied):
@@ -38,16 +39,22 @@ class Drifting(Tied):
         return out
 
 
-def _model(kind: type[Tied]) -> tuple[nn.Module, torch.Tensor]:
+def _model(kind: type[Tied]) -> tuple[Tied, torch.Tensor]:
     torch.manual_seed(0)
     model = kind()
     return model, torch.randn(3, 4)
 
 
+def _built(source: PythonSource) -> Tied:
+    model = source.build().model
+    assert isinstance(model, Tied)
+    return model
+
+
 def test_builds_share_the_values_but_not_the_parameters() -> None:
     model, x = _model(Tied)
     source = python_source(model, (x,), "Tied")
-    first, second = source.build().model, source.build().model
+    first, second = _built(source), _built(source)
     originals = dict(model.named_parameters())
     for name, parameter in first.named_parameters():
         other = dict(second.named_parameters())[name]
@@ -63,8 +70,8 @@ def test_a_build_after_a_changed_parameter_has_the_models_values() -> None:
     model, x = _model(Drifting)
     want = model.hidden.weight.detach().clone()
     source = python_source(model, (x,), "Drifting")
-    source.build().model(x)  # halves that build's (shared) hidden weight
-    rebuilt = source.build().model
+    _built(source)(x)  # halves that build's (shared) hidden weight
+    rebuilt = _built(source)
     assert torch.equal(rebuilt.hidden.weight, want)
     assert rebuilt.hidden.weight.data_ptr() != model.hidden.weight.data_ptr()
 
