@@ -14,6 +14,7 @@ import torch
 
 from gradexplain.capture.checks import check
 from gradexplain.capture.replay import Replay, RunValues
+from gradexplain.records.frozen import quick_init
 from gradexplain.records.graph import Edge, GraphView, Position
 from gradexplain.records.trace import TensorValue
 from gradexplain.records.walk import Check, Meaning
@@ -29,6 +30,7 @@ class NotReplayed(Exception):
     """A claim about a share the check run could not compute: unchecked, and why."""
 
 
+@quick_init
 @dataclass(frozen=True)
 class Evaluated:
     """A claim's check, or why it has none (a call torch refused: nothing to compare with)."""

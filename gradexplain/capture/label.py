@@ -22,6 +22,7 @@ from bisect import bisect_left
 from dataclasses import dataclass, replace
 
 from gradexplain.records.claims import claim_text
+from gradexplain.records.frozen import quick_init
 from gradexplain.records.graph import Edge, GraphView, Position
 from gradexplain.records.names import Naming, canonical_name
 from gradexplain.records.trace import Arg, Event, ModuleCall, PassTrace, Run
@@ -43,6 +44,7 @@ VIEWS = {
 Ranked = tuple[int, int]
 
 
+@quick_init
 @dataclass(frozen=True)
 class Site:
     """Where a claim is evaluated: the backward or grad call whose gradients it is about.
@@ -52,6 +54,7 @@ class Site:
     run: int
 
 
+@quick_init
 @dataclass(frozen=True)
 class Source:
     """Where in the graph the value itself flows, before views are looked through: in call
@@ -65,6 +68,7 @@ class Source:
     grad: bool = False
 
 
+@quick_init
 @dataclass(frozen=True)
 class Label:
     """A claim and the call it is about. `place` is where the labeller found the tensor it
@@ -80,6 +84,7 @@ class Label:
 NO_LABEL = Label(None, None)
 
 
+@quick_init
 @dataclass(frozen=True)
 class EventLabels:
     event: Event

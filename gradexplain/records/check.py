@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gradexplain.records.frozen import quick_init
 from gradexplain.records.trace import Mode, TensorValue
 
 
+@quick_init
 @dataclass(frozen=True)
 class Check:
     """The label's claim computed independently (a hook-free run) and compared with the value."""

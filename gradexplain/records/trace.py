@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Literal
 
+from gradexplain.records.frozen import quick_init
+
 Nested = float | int | bool | list["Nested"]
 
 Mode = Literal["legacy", "full"]
@@ -32,6 +34,7 @@ VALUE_LIMIT = 10_000
 PYTHON_VALUE_LIMIT = 1_000
 
 
+@quick_init
 @dataclass(frozen=True)
 class Summary:
     min: float
@@ -40,6 +43,7 @@ class Summary:
     norm: float
 
 
+@quick_init
 @dataclass(frozen=True)
 class TensorValue:
     """A tensor as recorded: its shape, and its values in full precision or a summary."""
@@ -50,6 +54,7 @@ class TensorValue:
     summary: Summary | None = None
 
 
+@quick_init
 @dataclass(frozen=True)
 class Arg:
     """One argument of one hook call; `value` is None where the argument is None.
@@ -63,6 +68,7 @@ class Arg:
     tensor: int | None
 
 
+@quick_init
 @dataclass(frozen=True)
 class Event:
     """One hook call. `run` says which backward or grad call it belongs to (0 for the forward).
@@ -111,6 +117,7 @@ class UserHook:
     why: str | None = None
 
 
+@quick_init
 @dataclass(frozen=True)
 class Warning_:
     """A warning torch emitted, with the event it followed (its module is that event's target)."""
@@ -121,6 +128,7 @@ class Warning_:
     after_seq: int | None
 
 
+@quick_init
 @dataclass(frozen=True)
 class TensorRecord:
     """A tensor object the run met: every name it had, and where it sits in the autograd graph."""
@@ -135,6 +143,7 @@ class TensorRecord:
     value: TensorValue | None = None  # its forward value, for named tensors
 
 
+@quick_init
 @dataclass(frozen=True)
 class GraphNode:
     """One autograd node. `next` holds its next_functions edges: (node id or None, input_nr).
@@ -148,6 +157,7 @@ class GraphNode:
     made: int | None = None
 
 
+@quick_init
 @dataclass(frozen=True)
 class ModuleCall:
     """One call of a module: what went in, what came out, and where a legacy hook would sit.
@@ -185,6 +195,7 @@ class RunError:
 Grads = tuple[tuple[str, TensorValue | None], ...]
 
 
+@quick_init
 @dataclass(frozen=True)
 class Run:
     """One backward or autograd.grad call of the pass, numbered from 1 in the order run.

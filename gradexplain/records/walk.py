@@ -11,6 +11,7 @@ from functools import cached_property
 from typing import Literal
 
 from gradexplain.records.check import Check, Failure
+from gradexplain.records.frozen import quick_init
 from gradexplain.records.lessons.activations import ActivationLesson
 from gradexplain.records.lessons.interventions import InterventionLesson
 from gradexplain.records.lessons.torch_errors import ErrorExplanation
@@ -34,6 +35,7 @@ Layout = Literal["as-is", "transposed", "reshaped", "summed"]
 ClaimKind = Literal["derivative", "zero", "stale"]
 
 
+@quick_init
 @dataclass(frozen=True)
 class Use:
     """One use of a tensor by an op, named by that op's output: a claim restricted to it means
@@ -44,6 +46,7 @@ class Use:
     operand: int | None = None
 
 
+@quick_init
 @dataclass(frozen=True)
 class Meaning:
     """Which derivative a hook argument is: d`of`/d`wrt`, in the stated layout. This is the
@@ -76,6 +79,7 @@ class Meaning:
     modified_by: str | None = None
 
 
+@quick_init
 @dataclass(frozen=True)
 class Pin:
     """The chain-rule step a hook argument's value is: in derivation `run` (Derivation.run),
@@ -90,6 +94,7 @@ class Pin:
     total: bool = False
 
 
+@quick_init
 @dataclass(frozen=True)
 class LabelledArg:
     name: str
@@ -104,6 +109,7 @@ class LabelledArg:
     pin: Pin | None = None
 
 
+@quick_init
 @dataclass(frozen=True)
 class LabelledEvent:
     """One hook call with its arguments labelled; `why` says where a legacy hook sits and why.
@@ -133,6 +139,7 @@ class LabelledEvent:
 Place = tuple[int, int]
 
 
+@quick_init
 @dataclass(frozen=True)
 class Term:
     """One edge of a node in the derivation: upstream x local derivative = this gradient.
@@ -147,6 +154,7 @@ class Term:
     edge: int | None = None  # which edge of the line's node this is (its input number)
 
 
+@quick_init
 @dataclass(frozen=True)
 class DerivationLine:
     """One autograd node of the chain rule, from its output's gradient to its inputs'.
@@ -184,6 +192,7 @@ class ModuleWarning:
     count: int
 
 
+@quick_init
 @dataclass(frozen=True)
 class FinalGrad:
     name: str
@@ -208,6 +217,7 @@ class PassWalk:
     refusals: tuple[Refusal, ...] = ()
 
 
+@quick_init
 @dataclass(frozen=True)
 class LeafGrad:
     """One leaf's `.grad` around one call: before, what the call adds (computed in the
