@@ -18,7 +18,7 @@ from gradexplain.capture.pins import Pins
 from gradexplain.capture.remembered import forgetting
 from gradexplain.capture.replay import Replay, ReplayMismatch
 from gradexplain.capture.user_changes import Changes
-from gradexplain.capture.values import recorded_tensor, tensor_value
+from gradexplain.capture.values import in_float64, recorded_tensor, tensor_value
 from gradexplain.language.model import ModelSpec
 from gradexplain.records.graph import GraphView, Signature
 from gradexplain.records.lessons.torch_errors import Attempt
@@ -193,6 +193,12 @@ def _accumulated(before: TensorValue | None, added: torch.Tensor | None,
     """Check `.grad` after a call against before + what the call computed for it."""
     if before is not None and before.value is None:
         return None  # summarised: too large to add up here
+    if before is None and added is not None and added.is_floating_point():
+        # Nothing to add to: the expected value is what the call added, in float64. A float
+        # converts to float64 exactly, so that is its check (kept with the check run's own
+        # tensor) with the expected record in float64; no float64 copy of every gradient.
+        found = check(after, added)
+        return Check(found.verified, found.max_abs_err, in_float64(found.expected), found.why)
     expected = added.detach().double() if added is not None else None
     if before is not None:
         base = recorded_tensor(before)

@@ -100,6 +100,14 @@ def extremes(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.aminmax(values)
 
 
+def in_float64(value: TensorValue | None) -> TensorValue | None:
+    """The record of a floating tensor converted to float64: the same numbers (every float
+    dtype converts to float64 exactly, and a summary is computed in float64 either way)."""
+    if value is None or value.dtype == "float64":
+        return value
+    return TensorValue(value.shape, "float64", value.value, value.summary)
+
+
 def recorded_tensor(value: TensorValue) -> torch.Tensor:
     """A recorded value as a float64 tensor of its recorded shape. The nested lists alone lose
     an empty tensor's shape: `[]` is (0,), whether it was recorded from (0,) or (0, 2)."""
@@ -121,4 +129,4 @@ def grad_outputs(spec: GradOutputs, of: torch.Tensor) -> torch.Tensor:
     return make_tensor(spec.value).to(of.dtype)
 
 
-__all__ = ["grad_outputs", "recorded_tensor", "tensor_value", "value_limit"]
+__all__ = ["grad_outputs", "in_float64", "recorded_tensor", "tensor_value", "value_limit"]

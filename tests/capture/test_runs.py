@@ -4,6 +4,7 @@ plain PyTorch here, and the errors' messages and the `.grad` values must be torc
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from pathlib import Path
 
@@ -189,3 +190,47 @@ def test_an_expected_error_that_does_not_come_is_one_line_and_exit_1(
     assert "expected torch to raise an error containing 'scalar outputs'" in result.stderr
     assert "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_first_calls_grad_check_is_against_what_it_added_in_float64() -> None:
+    """A call with no `.grad` before it: each leaf's `.grad` after is checked against what the
+    call added, the expected record in float64 (a summary above the value limit), the same
+    numbers plain torch's gradient has; a `.grad` other than that fails."""
+    from gradexplain import explain
+    from gradexplain.capture.passes import _accumulated
+    from gradexplain.capture.values import tensor_value
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(40, 30), nn.Tanh(), nn.Linear(30, 2))  # 1,200 weights
+    x = torch.randn(5, 40)
+    plain = copy.deepcopy(model)
+    plain(x).sum().backward()
+    (step,) = explain(model, x).walk.runs
+    kinds = set()
+    for leaf in step.leaves:
+        name = leaf.name
+        want = (dict(plain.named_parameters())[name].grad if name != "input" else None)
+        assert leaf.check is not None and leaf.check.verified, name
+        expected = leaf.check.expected
+        assert expected is not None and expected.dtype == "float64"
+        if want is None:
+            continue
+        kinds.add("summary" if expected.summary is not None else "values")
+        want64 = want.double()
+        if expected.summary is not None:
+            numbers = (expected.summary.min, expected.summary.max, expected.summary.mean,
+                       expected.summary.norm)
+            assert numbers == pytest.approx((float(want64.min()), float(want64.max()),
+                                             float(want64.mean()), float(want64.norm())),
+                                            rel=1e-5, abs=1e-7), name
+        else:
+            torch.testing.assert_close(torch.tensor(expected.value, dtype=torch.float64),
+                                       want64, rtol=1e-5, atol=1e-7)
+    assert kinds == {"summary", "values"}
+    added = torch.full((3, 4), 0.5)
+    wrong = tensor_value(torch.full((3, 4), 0.75))
+    right = tensor_value(added.clone())
+    right_check, wrong_check = _accumulated(None, added, right), _accumulated(None, added, wrong)
+    assert right_check is not None and right_check.verified
+    assert wrong_check is not None and not wrong_check.verified
+    assert wrong_check.expected == tensor_value(added.double())
