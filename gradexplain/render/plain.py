@@ -48,7 +48,9 @@ def _add(lines: list[str], console: Console, renderable: RenderableType, width: 
         for item in renderable.renderables:
             _add(lines, console, item, width, indent)
         return
-    elif isinstance(renderable, Padding) and _left_only(renderable):
+    elif isinstance(renderable, Padding) and _left_only(renderable) and renderable.left < width:
+        # An indent as wide as the line leaves its content no room: rich prints nothing of it,
+        # and is left to (below).
         _add(lines, console, renderable.renderable, width - renderable.left,
              (indent or "") + " " * renderable.left)
         return

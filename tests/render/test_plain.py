@@ -61,6 +61,15 @@ def test_plain_layout_is_rich_layout(renderable: RenderableType, width: int) -> 
     assert plain_text(renderable, width) == rich_only(renderable, width)
 
 
+def test_an_indent_as_wide_as_the_line_prints_as_rich_prints_it() -> None:
+    """Found by the property above: nested indents adding up to the whole width leave their
+    text no room, and rich prints no line for it."""
+    nested = Padding(Padding(Text(""), (0, 0, 0, 4)), (0, 0, 0, 8))
+    for renderable in (Group(Text(""), nested), nested, Group(nested, Text("after"))):
+        for width in (12, 10, 13):
+            assert plain_text(renderable, width) == rich_only(renderable, width), width
+
+
 def test_the_walk_timeline_is_laid_out_as_rich_lays_it_out() -> None:
     from gradexplain.api import Explanation
     from tests.helpers.capture import captured
