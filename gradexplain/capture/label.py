@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 from bisect import bisect_left
 from dataclasses import dataclass, replace
+from functools import cache
 
 from gradexplain.records.claims import claim_text
 from gradexplain.records.frozen import quick_init
@@ -533,7 +534,9 @@ def _broadcast_dims(small: tuple[int, ...] | None, large: tuple[int, ...]) -> tu
                  if dim < extra or (small[dim - extra] == 1 and large[dim] != 1))
 
 
+@cache
 def _split(arg_name: str) -> tuple[str, int]:
+    """`grad_input[2]` -> ("grad_input", 2): a few names, asked for at every argument."""
     match = re.fullmatch(r"(\w+)\[(\d+)\]", arg_name)
     return (match.group(1), int(match.group(2))) if match else (arg_name, 0)
 

@@ -51,7 +51,7 @@ def checked_pass(trace: PassTrace, view: GraphView, events: list[EventLabels],
     # Why nothing of this pass could be checked, when its graph could not be rebuilt.
     unchecked = Evaluated(None, str(replay) if checker is None else None)
     changes = Changes(trace, view)
-    labelled = tuple(_labelled_event(item, checker, unchecked, changes, pins)
+    labelled = tuple(_labelled_event(item, checker, unchecked, changes or None, pins)
                      for item in events)
     grads = _final_grads(trace, view, replay, changes) if isinstance(replay, Replay) else tuple(
         FinalGrad(name, value, None) for name, value in trace.grads)
@@ -88,14 +88,17 @@ def _ops(counts: Counter[str]) -> str:
 
 
 def _labelled_event(item: EventLabels, checker: ClaimChecker | None,
-                    unchecked: Evaluated, changes: Changes, pins: Pins | None) -> LabelledEvent:
+                    unchecked: Evaluated, changes: Changes | None,
+                    pins: Pins | None) -> LabelledEvent:
+    """One event's arguments checked and pinned. `changes`: None where no user's hook changed
+    anything in the pass (asked once, not at each of its thousands of arguments)."""
     event = item.event
     args = []
     for arg, label in zip(event.args, item.labels, strict=True):
         result = NOT_EVALUATED
         meaning = label.meaning
         changed_by = None
-        if changes and meaning is not None and label.site is not None:
+        if changes is not None and meaning is not None and label.site is not None:
             located = checker.locate(meaning) if checker is not None else None
             changed_by = changes.of_claim(event, arg.name, meaning, label.site.run, located)
         if meaning is not None and changed_by is not None:

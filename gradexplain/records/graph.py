@@ -104,6 +104,11 @@ class GraphView:
 
     def __post_init__(self) -> None:
         self.nodes: dict[str, GraphNode] = {node.id: node for node in self.trace.graph}
+        # Asked of every node on every walk through the graph: looked up once.
+        self.identities = frozenset(node.id for node in self.trace.graph
+                                    if node.name in IDENTITY_NODES)
+        self.uses_of: dict[Position, frozenset[Edge]] = {}
+        self.shape: Signature | None = None
         roots = [self.raw_position(run.root) for run in self.trace.runs]
         self.order: list[str] = real_order(
             [(pos[0], pos[1]) if pos else (None, 0) for pos in roots], self._edges,
@@ -135,7 +140,9 @@ class GraphView:
 
     def signature(self) -> Signature:
         """The shape of the pass's real graph (see `signature`)."""
-        return signature(self.order, self.name_of, self._edges, self.is_identity)
+        if self.shape is None:
+            self.shape = signature(self.order, self.name_of, self._edges, self.is_identity)
+        return self.shape
 
     def engine_order(self, roots: Sequence[Position | None]) -> list[str]:
         """The real nodes torch may run from `roots`, breadth first, following every edge of
@@ -151,7 +158,7 @@ class GraphView:
         return self.rank.get(node_id, len(self.order)) < len(self.order)
 
     def is_identity(self, node_id: str) -> bool:
-        return self.nodes[node_id].name in IDENTITY_NODES
+        return node_id in self.identities
 
     def name_of(self, node_id: str) -> str:
         return self.nodes[node_id].name
@@ -242,13 +249,17 @@ class GraphView:
 
     def uses(self, position: Position) -> frozenset[Edge]:
         """The real edges a raw position's gradient is the sum of (through wrappers)."""
+        known = self.uses_of.get(position)
+        if known is not None:
+            return known
         found: set[Edge] = set()
         for consumer, number in self.raw_consumers.get(position, []):
             if self.is_identity(consumer):
                 found |= self.uses((consumer, number))
             else:
                 found.add((consumer, number))
-        return frozenset(found)
+        self.uses_of[position] = frozenset(found)
+        return self.uses_of[position]
 
     def reachable(self, root: Position | None) -> set[str]:
         if root is None:
