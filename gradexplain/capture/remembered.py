@@ -116,10 +116,11 @@ def remembered(tensor: torch.Tensor, kind: Hashable, compute: Callable[[torch.Te
             or tensor.is_inference() or tensor.numel() == 0 or not _one_block(tensor)):
         return compute(tensor)
     key = _key(tensor)
+    kept = key in memo.kept
     entry = memo.entries.get(key)
     if entry is None or (key not in memo.compared and not _same(tensor, entry.copy)):
-        entry = memo.entries[key] = _new_entry(memo, tensor)
-    if key in memo.kept:
+        entry = memo.entries[key] = _new_entry(memo, tensor, kept)
+    if kept:
         memo.compared.add(key)
     found = entry.alike if alike else entry.results
     if kind in found:
@@ -150,9 +151,10 @@ def _key(tensor: torch.Tensor) -> Hashable:
     return (tensor.data_ptr(), tensor.shape, tensor.stride(), tensor.dtype, tensor._version)
 
 
-def _new_entry(memo: _Memo, tensor: torch.Tensor) -> _Entry:
+def _new_entry(memo: _Memo, tensor: torch.Tensor, kept: bool) -> _Entry:
     """An entry for a tensor state not met at this key: sharing the copy and the values-alone
-    results of an entry whose tensor held the same bits in the same layout, if there is one."""
+    results of an entry whose tensor held the same bits in the same layout, if there is one.
+    A `kept` tensor is its own copy: nothing changes it."""
     address, size = tensor.data_ptr(), tensor.nbytes
     # What the values look like: their layout, alignment (a float64 tensor is reduced where it
     # lies, and vectorised reads may depend on it) and first and last bytes.
@@ -163,9 +165,12 @@ def _new_entry(memo: _Memo, tensor: torch.Tensor) -> _Entry:
     for other in same:
         if _same(tensor, other.copy):
             return _Entry(other.copy, other.alike)
-    # The copy in the tensor's own layout, so that its memory reads in the same order.
-    copy = torch.empty_strided(tensor.shape, tensor.stride(), dtype=tensor.dtype)
-    entry = _Entry(copy.copy_(tensor.detach()), {})
+    if kept:
+        entry = _Entry(tensor.detach(), {})
+    else:
+        # The copy in the tensor's own layout, so that its memory reads in the same order.
+        copy = torch.empty_strided(tensor.shape, tensor.stride(), dtype=tensor.dtype)
+        entry = _Entry(copy.copy_(tensor.detach()), {})
     same.append(entry)
     return entry
 

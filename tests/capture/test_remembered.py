@@ -178,10 +178,18 @@ def test_a_kept_tensor_is_compared_once_and_still_recorded_anew_when_torch_count
             assert remembered(tensor.detach(), "sum", total) == 15.0
             assert remembered(other, "sum", total) == 21.0
         assert compared.count(tensor.data_ptr()) == 1  # its first use once kept
+        fresh = torch.arange(4.0) * 2
+        keep([fresh])
+        assert remembered(fresh, "sum", total) == 12.0
+        memo = remembered_module._memo.get()
+        assert memo is not None
+        entry = memo.entries[remembered_module._key(fresh)]
+        assert entry.copy.data_ptr() == fresh.data_ptr()  # kept: its own copy, none made
+        assert memo.entries[remembered_module._key(other)].copy.data_ptr() != other.data_ptr()
         assert compared.count(other.data_ptr()) == 2  # not kept: every use after the first
         tensor.mul_(2.0)
         assert remembered(tensor, "sum", total) == 30.0
-    assert len(calls) == 3
+    assert len(calls) == 4
 
 
 def test_a_kept_tensor_at_a_freed_tensors_address_is_not_taken_for_it() -> None:
