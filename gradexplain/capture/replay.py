@@ -169,24 +169,66 @@ class Replay:
 
     def passed_on(self, node: Node, totals: dict[Ranked, torch.Tensor | None]
                   ) -> list[torch.Tensor | None] | None:
-        """A node's shares read from what the engine passed on, where each edge is the only
-        way into its tensor: that tensor's whole gradient is then the one share (the engine
-        sums shares, and reduces a broadcast one to its input's shape, as `_as_engine_does`).
-        None where some edge's tensor has other uses, or is a wrapper's, or the node is a
-        custom Function's (called again on its own, as before): the node's backward is then
-        run again (`_apply`)."""
+        """A node's shares without running its backward again on its own, where that is sure
+        to give what running it gives:
+        - an edge that is its tensor's only use: the share is that tensor's whole gradient,
+          read from what the engine passed on (the engine sums shares, and reduces a broadcast
+          one to its input's shape, as `_as_engine_does`);
+        - an edge to a tensor with other uses, where the node's other edges lead only to
+          leaves (a convolution's or a Linear's weight and bias, through views): the engine
+          run again from this node to that tensor alone (`torch.autograd.grad` between
+          GradientEdges), which computes the node's backward for that edge only (a
+          convolution's input gradient without its weight gradient).
+        None otherwise (a wrapper's edge, a custom Function's node, an edge whose tensor the
+        node reaches another way too): the node's backward is then run again (`_apply`)."""
         if isinstance(node, BackwardCFunction):
             return None
         shares: list[torch.Tensor | None] = []
-        for child, output in node.next_functions:
+        shared: list[int] = []  # the edges to tensors with other uses
+        for number, (child, output) in enumerate(node.next_functions):
+            rank = None if child is None else self.rank.get(child)
             if child is None:
                 shares.append(None)
-                continue
-            rank = self.rank.get(child)
-            if rank is None or self.uses.get((child, output), 0) != 1:
+            elif rank is None:
                 return None
-            shares.append(totals.get((rank, output)))
+            elif self.uses.get((child, output), 0) == 1:
+                shares.append(totals.get((rank, output)))
+            else:
+                shares.append(None)
+                shared.append(number)
+        if shared:
+            found = self.engine_shares(node, shared, totals)
+            if found is None:
+                return None
+            for number, share in zip(shared, found, strict=True):
+                shares[number] = share
         return shares
+
+    def engine_shares(self, node: Node, shared: list[int],
+                      totals: dict[Ranked, torch.Tensor | None]
+                      ) -> tuple[torch.Tensor | None, ...] | None:
+        """The shares of the edges `shared`, by the engine from this node alone, where each
+        reaches its tensor only along its own edge: every other edge leads to nothing, or only
+        to a leaf that is not that tensor (else None: the engine would add what reaches the
+        tensor another way, as in `x * x` or a recurrent cell whose edges meet below)."""
+        edges = node.next_functions
+        targets = [edges[number] for number in shared]
+        for number, (child, _) in enumerate(edges):
+            if child is None:
+                continue
+            leaf = _leaf_below(child)
+            for target_number, (target, _) in zip(shared, targets, strict=True):
+                if number != target_number and (leaf is None or leaf is target):
+                    return None
+        rank = self.rank[node]
+        seeded = [(GradientEdge(node, number), totals[(rank, number)])
+                  for number in range(len(node._input_metadata))
+                  if totals.get((rank, number)) is not None]
+        found: tuple[torch.Tensor | None, ...] = torch.autograd.grad(
+            [edge for edge, _ in seeded], [GradientEdge(child, output) for child, output
+                                           in targets],
+            [grad for _, grad in seeded], retain_graph=True, allow_unused=True)
+        return found
 
     def position_shape(self, position: Ranked) -> tuple[int, ...]:
         node = self.order[position[0]]
@@ -220,6 +262,23 @@ def _as_engine_does(share: torch.Tensor | None, child: Node | None,
         return None
     shape = tuple(child._input_metadata[output].shape)
     return share if tuple(share.shape) == shape else share.sum_to_size(shape)
+
+
+# The longest chain of one-edge nodes (views: TBackward, ViewBackward) looked down for a leaf.
+_VIEW_CHAIN = 4
+
+
+def _leaf_below(node: Node) -> Node | None:
+    """The leaf's AccumulateGrad a node leads to along one-edge nodes only (a Linear's
+    weight through its TBackward), or None where it leads anywhere else."""
+    for _ in range(_VIEW_CHAIN):
+        if node.name() == ACCUMULATE:
+            return node
+        following = [child for child, _ in node.next_functions if child is not None]
+        if len(node.next_functions) != 1 or len(following) != 1:
+            return None
+        node = following[0]
+    return node if node.name() == ACCUMULATE else None
 
 
 def _uses(roots: list[tuple[Node | None, int]]) -> dict[tuple[Node, int], int]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch import nn
 
 from gradexplain.capture.build import build
 from gradexplain.capture.replay import Replay, ReplayMismatch, RunValues
@@ -106,35 +107,70 @@ def test_a_traced_graph_that_does_not_match_is_refused() -> None:
     Replay(spec, view.trace, shape)
 
 
-def test_every_edge_share_is_what_the_nodes_own_backward_gives() -> None:
-    """Each edge's share is read from what the engine passed on where the edge is its tensor's
-    only use, and from the node run again where the tensor has several: both must be what
-    torch's node computes for that edge from its incoming gradient, reduced to the input's shape
-    as the engine reduces a broadcast one. Written here against torch's own nodes, on a model
-    with a Linear (its transposed weight), a broadcast bias, a tensor used twice and an op with
-    two outputs."""
-    from torch import nn
+class _Mixed(nn.Module):
+    """A Linear (its transposed weight), a broadcast bias, a tensor used twice, an op with two
+    outputs."""
 
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(3, 4)
+        self.shift = nn.Parameter(torch.tensor([0.5, -1.0, 2.0, 0.25]))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.tanh(self.fc(x.flatten(1)[:, :3])) + self.shift
+        left, right = h.chunk(2, dim=1)
+        return (left * right * left).sum(dim=1)
+
+
+class _Residual(nn.Module):
+    """A convolution and a Linear each reading a tensor the residual add reads too, a node
+    whose two edges meet below (as in a recurrent cell), and a Linear applied twice (its weight
+    and bias used by two nodes)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(2, 2, 3, padding=1)
+        self.fc = nn.Linear(8, 8)
+        self.twice = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.tanh(x)
+        y = (self.conv(h) + h).flatten(1)
+        s = torch.tanh(y)
+        y = (s + y) - s  # the subtraction's two edges meet below: s is reached both ways
+        g = self.fc(y) + y
+        out: torch.Tensor = (self.twice(g) + self.twice(torch.sin(g))).sum(dim=1)
+        return out
+
+
+@pytest.mark.parametrize("make", [_Mixed, _Residual], ids=["mixed", "residual"])
+def test_every_edge_share_is_what_the_nodes_own_backward_gives(
+        make: type[nn.Module], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each edge's share is read from what the engine passed on where the edge is its tensor's
+    only use, from the engine run again from the node alone where the tensor has other uses
+    and the node's other edges lead to leaves (a convolution's or Linear's input in a residual
+    block), and from the node run again on its own otherwise: each must be what torch's node
+    computes for that edge from its incoming gradient, reduced to the input's shape as the
+    engine reduces a broadcast one. Written here against torch's own nodes."""
     from gradexplain.capture.pymodel import python_source
 
-    class Mixed(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.fc = nn.Linear(3, 4)
-            self.shift = nn.Parameter(torch.tensor([0.5, -1.0, 2.0, 0.25]))
+    engine: list[int] = []
+    real_engine = Replay.engine_shares
 
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            h = torch.tanh(self.fc(x)) + self.shift
-            left, right = h.chunk(2, dim=1)
-            return (left * right * left).sum(dim=1)
+    def counted(self: Replay, node: object, shared: list[int], totals: object) -> object:
+        found = real_engine(self, node, shared, totals)  # type: ignore[arg-type]
+        if found is not None:
+            engine.extend(shared)
+        return found
 
+    monkeypatch.setattr(Replay, "engine_shares", counted)
     torch.manual_seed(0)
-    source = python_source(Mixed(), (torch.randn(5, 3),), "Mixed")
+    source = python_source(make(), (torch.randn(5, 2, 2, 2),), make.__name__)
     traced = trace(source.build(), "legacy")
     view = GraphView(traced)
     replay = Replay(source.spec, traced, view.signature(), source.build)
     (values,) = replay.runs.values()
-    counted = {"one use": 0, "several uses": 0}
+    counted_uses = {"one use": 0, "several uses": 0}
     for node in replay.order:
         if node.name() == "torch::autograd::AccumulateGrad":
             continue
@@ -157,5 +193,7 @@ def test_every_edge_share_is_what_the_nodes_own_backward_gives() -> None:
             assert got is not None and torch.allclose(got, want, rtol=1e-6, atol=1e-7), (
                 node.name(), number)
             uses = replay.uses.get((child, output), 0)
-            counted["one use" if uses == 1 else "several uses"] += 1
-    assert counted["one use"] > 3 and counted["several uses"] >= 2, counted
+            counted_uses["one use" if uses == 1 else "several uses"] += 1
+    assert counted_uses["one use"] > 3 and counted_uses["several uses"] >= 2, counted_uses
+    if make is _Residual:
+        assert len(engine) >= 2  # the convolution's and the Linear's input, at least
