@@ -26,6 +26,10 @@ def collector_paused() -> Iterator[None]:
             gc.enable()
 
 
+# Fewer new objects than this in the youngest generation: walking them costs next to nothing.
+_PROMOTE_AT = 10_000
+
+
 def _promote_young() -> None:
     """Everything the young generations hold moved to the oldest, without walking it.
 
@@ -34,7 +38,11 @@ def _promote_young() -> None:
     ms of a 50-layer MLP's 450 ms `explain()`, to find no garbage (a capture makes no cycles).
     `gc.freeze()` then `gc.unfreeze()` moves every generation to the oldest in constant time;
     a cycle among them is collected at the next full collection. Only where nothing else is
-    frozen: unfreezing would also unfreeze what its owner froze (`cli.entry`'s start-up)."""
+    frozen (unfreezing would also unfreeze what its owner froze), and never in `cli.entry`'s
+    process, which froze its start-up: there even asking costs a walk of everything frozen
+    (16 ms after importing torch), and it freezes what survives its run anyway."""
+    if _collection["process"] or gc.get_count()[0] < _PROMOTE_AT:
+        return
     if gc.get_freeze_count() == 0:
         gc.freeze()
         gc.unfreeze()

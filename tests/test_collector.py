@@ -48,3 +48,20 @@ def test_what_a_block_made_is_promoted_unwalked_and_nothing_frozen_is_thawed() -
         assert len(more) == len(frozen) * 10
     finally:
         gc.unfreeze()
+
+
+def test_in_the_command_lines_process_nothing_frozen_is_asked_about(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`cli.entry`'s process froze its start-up: counting what is frozen walks all of it, so a
+    block there leaves the generations as the collector has them."""
+    from gradexplain import collector
+
+    def walked() -> int:
+        raise AssertionError("get_freeze_count walks every frozen object")
+
+    monkeypatch.setitem(collector._collection, "process", True)
+    monkeypatch.setattr(gc, "get_freeze_count", walked)
+    with collector_paused():
+        made = [[index] for index in range(20_000)]
+    oldest = {id(item) for item in gc.get_objects(generation=2)}
+    assert id(made) not in oldest
