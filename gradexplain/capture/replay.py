@@ -11,7 +11,6 @@ Positions are matched to the traced graph by the breadth-first order of `records
 
 from __future__ import annotations
 
-from collections import deque
 from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any
@@ -26,7 +25,7 @@ from gradexplain.capture.user_hooks import user_hooks
 from gradexplain.capture.values import grad_outputs
 from gradexplain.errors import GradexplainError
 from gradexplain.language.model import ModelSpec
-from gradexplain.records.graph import Signature, real_order, signature
+from gradexplain.records.graph import Signature, breadth_first, real_order, signature
 from gradexplain.records.names import ACCUMULATE, IDENTITY_NODES
 from gradexplain.records.trace import PassTrace
 
@@ -285,17 +284,13 @@ def _uses(roots: list[tuple[Node | None, int]]) -> dict[tuple[Node, int], int]:
     """How many edges of the graph below `roots` lead into each (node, output): every node
     reachable counted, wrappers too (what reaches a tensor through a wrapper is a use)."""
     uses: dict[tuple[Node, int], int] = {}
-    queue = deque(node for node, _ in roots if node is not None)
-    seen: set[Node] = set()
-    while queue:
-        node = queue.popleft()
-        if node in seen:
-            continue
-        seen.add(node)
+    reached = breadth_first((node for node, _ in roots if node is not None),
+                            lambda node: [child for child, _ in node.next_functions
+                                          if child is not None])
+    for node in reached:
         for child, output in node.next_functions:
             if child is not None:
                 uses[(child, output)] = uses.get((child, output), 0) + 1
-                queue.append(child)
     return uses
 
 
