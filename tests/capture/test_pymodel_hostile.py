@@ -528,3 +528,44 @@ def test_a_tensor_whose_storage_the_model_freed_is_not_read(tmp_path: Path) -> N
     expected = float((x * 2).sum())
     for walk_pass in document["passes"]:
         assert abs(walk_pass["grads"]["scale"] - expected) <= 1e-5 * max(1.0, abs(expected))
+
+
+FREES_PARAMETER = """
+import torch
+from torch import nn
+
+
+class FreesItsBias(nn.Module):
+    # Its parameter's storage freed once used (resized to nothing), as FSDP2 frees what it
+    # gathered: the builds share one copy of the parameters, which is that storage.
+    def __init__(self):
+        super().__init__()
+        self.bias = nn.Parameter(torch.tensor(0.5))
+
+    def forward(self, x):
+        z = (x * 2).sum() + self.bias
+        self.bias.untyped_storage().resize_(0)
+        return z
+
+
+def make():
+    return FreesItsBias()
+"""
+
+
+def test_a_parameter_whose_storage_the_model_freed_is_copied_afresh(tmp_path: Path) -> None:
+    """The builds of a Python model share one copy of its parameters while no pass changes
+    it (capture/pool.py); a pass that frees a parameter's storage frees that copy: the next
+    build copies the model's values afresh instead of comparing freed memory (which killed the
+    process). Its own process, as a user runs it; the gradients checked against plain torch."""
+    from tests.helpers.pycli import run_separately
+
+    model = tmp_path / "frees_bias.py"
+    model.write_text(FREES_PARAMETER)
+    result = run_separately("walk", f"{model}:make", "--input", "3", "--format", "json")
+    assert result.code == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert [walk_pass["mode"] for walk_pass in document["passes"]] == ["legacy", "full"]
+    for walk_pass in document["passes"]:
+        assert abs(walk_pass["grads"]["bias"] - 1.0) <= 1e-6
+        assert walk_pass["grads"]["x"] == [2.0, 2.0, 2.0]
