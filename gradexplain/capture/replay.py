@@ -223,10 +223,13 @@ class Replay:
         seeded = [(GradientEdge(node, number), totals[(rank, number)])
                   for number in range(len(node._input_metadata))
                   if totals.get((rank, number)) is not None]
-        found: tuple[torch.Tensor | None, ...] = torch.autograd.grad(
-            [edge for edge, _ in seeded], [GradientEdge(child, output) for child, output
-                                           in targets],
-            [grad for _, grad in seeded], retain_graph=True, allow_unused=True)
+        try:
+            found: tuple[torch.Tensor | None, ...] = torch.autograd.grad(
+                [edge for edge, _ in seeded], [GradientEdge(child, output) for child, output
+                                               in targets],
+                [grad for _, grad in seeded], retain_graph=True, allow_unused=True)
+        except RuntimeError:
+            return None  # the node run again on its own instead, as for any other
         return found
 
     def position_shape(self, position: Ranked) -> tuple[int, ...]:

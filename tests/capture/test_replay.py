@@ -146,12 +146,19 @@ class _Residual(nn.Module):
 @pytest.mark.parametrize("make", [_Mixed, _Residual], ids=["mixed", "residual"])
 def test_every_edge_share_is_what_the_nodes_own_backward_gives(
         make: type[nn.Module], monkeypatch: pytest.MonkeyPatch) -> None:
+    engine = _shares_checked(make, monkeypatch)
+    if make is _Residual:
+        assert len(engine) >= 2  # the convolution's and the Linear's input, at least
+
+
+def _shares_checked(make: type[nn.Module], monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Each edge's share is read from what the engine passed on where the edge is its tensor's
     only use, from the engine run again from the node alone where the tensor has other uses
     and the node's other edges lead to leaves (a convolution's or Linear's input in a residual
     block), and from the node run again on its own otherwise: each must be what torch's node
     computes for that edge from its incoming gradient, reduced to the input's shape as the
-    engine reduces a broadcast one. Written here against torch's own nodes."""
+    engine reduces a broadcast one. Written here against torch's own nodes. The edges whose
+    shares came from the engine run from their node are returned."""
     from gradexplain.capture.pymodel import python_source
 
     engine: list[int] = []
@@ -195,5 +202,24 @@ def test_every_edge_share_is_what_the_nodes_own_backward_gives(
             uses = replay.uses.get((child, output), 0)
             counted_uses["one use" if uses == 1 else "several uses"] += 1
     assert counted_uses["one use"] > 3 and counted_uses["several uses"] >= 2, counted_uses
-    if make is _Residual:
-        assert len(engine) >= 2  # the convolution's and the Linear's input, at least
+    return engine
+
+
+def test_an_edge_the_engine_refuses_to_run_from_its_node_is_run_on_its_own(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where running the engine from a node alone raises, the node's backward is run again on
+    its own, as for any other node: the shares are still torch's."""
+    from torch.autograd.graph import GradientEdge
+
+    real_grad = torch.autograd.grad
+    refused: list[int] = []
+
+    def refusing(outputs: object, *args: object, **kwargs: object) -> object:
+        if isinstance(outputs, list) and outputs and isinstance(outputs[0], GradientEdge):
+            refused.append(1)
+            raise RuntimeError("refused here")
+        return real_grad(outputs, *args, **kwargs)  # type: ignore[call-overload]
+
+    monkeypatch.setattr(torch.autograd, "grad", refusing)
+    assert _shares_checked(_Residual, monkeypatch) == []
+    assert refused
