@@ -1,5 +1,6 @@
-"""Each pass checked: every labelled hook argument and final `.grad` against the hook-free run,
-every backward or autograd.grad call with the `.grad`s around it, and torch's warnings.
+"""Each pass checked: every labelled hook argument and final `.grad` against the hook-free run
+(each argument pinned to its chain-rule step as its record is made: `pins`), every backward or
+autograd.grad call with the `.grad`s around it, and torch's warnings.
 """
 
 from __future__ import annotations
