@@ -207,17 +207,19 @@ class Replay:
                       totals: dict[Ranked, torch.Tensor | None]
                       ) -> tuple[torch.Tensor | None, ...] | None:
         """The shares of the edges `shared`, by the engine from this node alone, where each
-        reaches its tensor only along its own edge: every other edge leads to nothing, or only
-        to a leaf that is not that tensor (else None: the engine would add what reaches the
-        tensor another way, as in `x * x` or a recurrent cell whose edges meet below)."""
+        reaches its tensor only along its own edge: every other edge leads to nothing, or along
+        one chain of one-edge nodes to a leaf, that tensor nowhere on it (else None: the engine
+        would add what reaches the tensor another way, as in `x * x`, `e + exp(e)` or a
+        recurrent cell whose edges meet below)."""
         edges = node.next_functions
         targets = [edges[number] for number in shared]
         for number, (child, _) in enumerate(edges):
             if child is None:
                 continue
-            leaf = _leaf_below(child)
+            below = _chain_to_leaf(child)
             for target_number, (target, _) in zip(shared, targets, strict=True):
-                if number != target_number and (leaf is None or leaf is target):
+                if number != target_number and (
+                        below is None or any(item is target for item in below)):
                     return None
         rank = self.rank[node]
         seeded = [(GradientEdge(node, number), totals[(rank, number)])
@@ -266,21 +268,25 @@ def _as_engine_does(share: torch.Tensor | None, child: Node | None,
     return share if tuple(share.shape) == shape else share.sum_to_size(shape)
 
 
-# The longest chain of one-edge nodes (views: TBackward, ViewBackward) looked down for a leaf.
-_VIEW_CHAIN = 4
+# The longest chain of one-edge nodes (a view such as TBackward, a unary op) looked down for a
+# leaf.
+_CHAIN = 4
 
 
-def _leaf_below(node: Node) -> Node | None:
-    """The leaf's AccumulateGrad a node leads to along one-edge nodes only (a Linear's
-    weight through its TBackward), or None where it leads anywhere else."""
-    for _ in range(_VIEW_CHAIN):
+def _chain_to_leaf(node: Node) -> list[Node] | None:
+    """Every node a node leads to, where that is one chain of one-edge nodes ending at a leaf's
+    AccumulateGrad (a Linear's weight through its TBackward): the nodes, the leaf last; None
+    where it leads anywhere else."""
+    chain = [node]
+    for _ in range(_CHAIN):
         if node.name() == ACCUMULATE:
-            return node
+            return chain
         following = [child for child, _ in node.next_functions if child is not None]
         if len(node.next_functions) != 1 or len(following) != 1:
             return None
         node = following[0]
-    return node if node.name() == ACCUMULATE else None
+        chain.append(node)
+    return chain if node.name() == ACCUMULATE else None
 
 
 def _uses(roots: list[tuple[Node | None, int]]) -> dict[tuple[Node, int], int]:

@@ -124,14 +124,16 @@ class _Mixed(nn.Module):
 
 class _Residual(nn.Module):
     """A convolution and a Linear each reading a tensor the residual add reads too, a node
-    whose two edges meet below (as in a recurrent cell), and a Linear applied twice (its weight
-    and bias used by two nodes)."""
+    whose two edges meet below (as in a recurrent cell), one whose other edge reaches the same
+    tensor through a chain of one-edge nodes ending at a leaf, and a Linear applied twice (its
+    weight and bias used by two nodes)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.conv = nn.Conv2d(2, 2, 3, padding=1)
         self.fc = nn.Linear(8, 8)
         self.twice = nn.Linear(8, 8)
+        self.shift = nn.Parameter(torch.linspace(-1.0, 1.0, 8))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = torch.tanh(x)
@@ -139,6 +141,8 @@ class _Residual(nn.Module):
         s = torch.tanh(y)
         y = (s + y) - s  # the subtraction's two edges meet below: s is reached both ways
         g = self.fc(y) + y
+        e = torch.tanh(self.shift)
+        g = g + (e + torch.exp(e))  # the add reads e directly and through exp, down to a leaf
         out: torch.Tensor = (self.twice(g) + self.twice(torch.sin(g))).sum(dim=1)
         return out
 
