@@ -415,11 +415,38 @@ def ratio(medians: dict[int, float], top: Timed, bottom: Timed | None) -> str:
 
 
 def goal(medians: dict[int, float], top: Timed, bottom: Timed | None, most: float) -> str:
-    """``top`` over ``bottom`` against a goal of at most ``most``: the ratio and met or not."""
+    """``top`` over ``bottom`` against a goal of at most ``most``: the ratio and met or not,
+    then the same ratio round by round (``paired``), which says how far the verdict stands from
+    the machine's noise."""
     if bottom is None or id(top) not in medians or id(bottom) not in medians:
         return "- (not measured)"
     met = "met" if medians[id(top)] <= most * medians[id(bottom)] else "NOT met"
-    return f"{ratio(medians, top, bottom)} (goal at most {most:g}x: {met})"
+    rounds = paired(top, bottom)
+    spread = ""
+    if len(rounds) >= 2:
+        quartiles = statistics.quantiles(rounds, n=4, method="inclusive")
+        within = sum(1 for item in rounds if item <= most)
+        spread = (f"; round by round {quartiles[0]:.2f}x-{quartiles[2]:.2f}x (p25-p75), "
+                  f"within the goal in {within} of {len(rounds)} rounds")
+    return f"{ratio(medians, top, bottom)} (goal at most {most:g}x: {met}{spread})"
+
+
+def paired(top: Timed, bottom: Timed) -> list[float]:
+    """``top`` over ``bottom`` in each round, each the median of its runs that round: both ran
+    within the same round, so a slow stretch of a shared machine weighs on both sides of a
+    ratio, where it moves one median of the whole table's (empty if either failed)."""
+    per_top, per_bottom = _by_round(top), _by_round(bottom)
+    if not per_top or len(per_top) != len(per_bottom):
+        return []
+    return [one / other for one, other in zip(per_top, per_bottom, strict=True)]
+
+
+def _by_round(item: Timed) -> list[float]:
+    """The median of each round's runs (``repeat`` a round); empty if a run is missing."""
+    if item.failure is not None or not item.times or len(item.times) % item.repeat:
+        return []
+    return [statistics.median(item.times[start:start + item.repeat])
+            for start in range(0, len(item.times), item.repeat)]
 
 
 def summary(
