@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from gradexplain.capture.remembered import same_bits
+from gradexplain.capture.values import still_stored
 
 
 class ParameterPool:
@@ -37,7 +38,7 @@ class ParameterPool:
             if type(original) is not nn.Parameter or not _plain(original):
                 continue
             held = self.copies.get(id(original))
-            if (held is None or held[0] is not original or not _stored(held[1])
+            if (held is None or held[0] is not original or not still_stored(held[1])
                     or not same_bits(held[1], original)):
                 values = original.detach().clone(memory_format=torch.preserve_format)
                 self.copies[id(original)] = (original, values)
@@ -49,17 +50,11 @@ class ParameterPool:
 
 def _plain(tensor: torch.Tensor) -> bool:
     """Whether `same_bits` can compare the tensor with its copy: a strided CPU tensor whose
-    values fill one block of memory, all of it still there."""
+    values fill one block of memory, all of it still there (a pass's model may free a
+    parameter's storage once used, as FSDP2 does with what it gathers, and the shared copy is
+    that storage: comparing freed memory would crash)."""
     return (tensor.is_cpu and tensor.layout == torch.strided and not tensor.is_inference()
-            and tensor.numel() > 0 and tensor.is_contiguous() and _stored(tensor))
-
-
-def _stored(tensor: torch.Tensor) -> bool:
-    """Whether the memory under a contiguous tensor is all still there: a pass's model may
-    free a parameter's storage once used (resize it to nothing, as FSDP2 does with what it
-    gathers), and the shared copy is that storage; comparing freed memory would crash."""
-    return (tensor.untyped_storage().nbytes()
-            >= (tensor.storage_offset() + tensor.numel()) * tensor.element_size())
+            and tensor.numel() > 0 and tensor.is_contiguous() and still_stored(tensor))
 
 
 __all__ = ["ParameterPool"]

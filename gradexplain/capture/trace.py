@@ -30,7 +30,7 @@ from gradexplain.capture.buckets import bucket_recorder
 from gradexplain.capture.build import Built, make_tensor, observe
 from gradexplain.capture.user_hooks import user_hooks
 from gradexplain.capture.usercode import user_frame
-from gradexplain.capture.values import grad_outputs, tensor_value
+from gradexplain.capture.values import grad_outputs, still_stored, tensor_value
 from gradexplain.errors import ExpectationError, Location, ModelRunError
 from gradexplain.records.names import ACCUMULATE, IDENTITY_NODES, canonical_name, op_name
 from gradexplain.records.trace import (
@@ -502,7 +502,7 @@ class _Recorder:
                 tensor.requires_grad, tensor.is_leaf, self.node_ids.get(node),
                 self.output_numbers[index],
                 tensor_value(tensor) if self.tensor_names[index] and not overwritten
-                and _still_stored(tensor) else None,
+                and still_stored(tensor) else None,
             ))
         made = _creation_order(self.node_objects)
         graph = tuple(
@@ -523,22 +523,6 @@ class _Recorder:
         return PassTrace(self.mode, tuple(self.events), tuple(tensors), graph,
                          tuple(self.calls), tuple(self.runs), grads, tuple(self.warnings),
                          tuple(self.user_hooks), self.refusals)
-
-
-def _still_stored(tensor: torch.Tensor) -> bool:
-    """Whether a tensor's values can still be read: FSDP2 frees the storage of the parameters
-    it gathered once the forward is done (resizes it to nothing), and reading such a tensor
-    would read freed memory."""
-    if tensor.numel() == 0 or tensor.layout != torch.strided or (
-            type(tensor) is not torch.Tensor and not isinstance(tensor, nn.Parameter)):
-        return True  # no storage of its own to have freed (sparse, a subclass: read as before)
-    try:
-        stored = tensor.untyped_storage().nbytes()
-    except RuntimeError:
-        return True
-    needed = (tensor.storage_offset() + 1 + sum(
-        (size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride(), strict=True)))
-    return stored >= needed * tensor.element_size()
 
 
 def _creation_order(nodes: Sequence[Node]) -> dict[Node, int]:

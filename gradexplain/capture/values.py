@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 
 import torch
+from torch import nn
 
 from gradexplain.capture.build import make_tensor
 from gradexplain.capture.remembered import remembered
@@ -108,6 +109,22 @@ def in_float64(value: TensorValue | None) -> TensorValue | None:
     return TensorValue(value.shape, "float64", value.value, value.summary)
 
 
+def still_stored(tensor: torch.Tensor) -> bool:
+    """Whether a tensor's values can still be read: FSDP2 frees the storage of the parameters
+    it gathered once the forward is done (resizes it to nothing), a model may do the same to a
+    tensor of its own, and reading such a tensor would read freed memory."""
+    if tensor.numel() == 0 or tensor.layout != torch.strided or (
+            type(tensor) is not torch.Tensor and not isinstance(tensor, nn.Parameter)):
+        return True  # no storage of its own to have freed (sparse, a subclass: read as before)
+    try:
+        stored = tensor.untyped_storage().nbytes()
+    except RuntimeError:
+        return True
+    needed = (tensor.storage_offset() + 1 + sum(
+        (size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride(), strict=True)))
+    return stored >= needed * tensor.element_size()
+
+
 def recorded_tensor(value: TensorValue) -> torch.Tensor:
     """A recorded value as a float64 tensor of its recorded shape. The nested lists alone lose
     an empty tensor's shape: `[]` is (0,), whether it was recorded from (0,) or (0, 2)."""
@@ -129,4 +146,5 @@ def grad_outputs(spec: GradOutputs, of: torch.Tensor) -> torch.Tensor:
     return make_tensor(spec.value).to(of.dtype)
 
 
-__all__ = ["grad_outputs", "in_float64", "recorded_tensor", "tensor_value", "value_limit"]
+__all__ = ["grad_outputs", "in_float64", "recorded_tensor", "still_stored", "tensor_value",
+           "value_limit"]
