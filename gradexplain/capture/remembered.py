@@ -111,9 +111,7 @@ def remembered(tensor: torch.Tensor, kind: Hashable, compute: Callable[[torch.Te
     strides, dtype and alignment (the legacy and full passes compute the same values; the check
     run too). Only a plain tensor whose values fill one block of CPU memory is remembered."""
     memo = _memo.get()
-    if (memo is None or type(tensor) not in _TYPES or not tensor.is_cpu
-            or tensor.layout != torch.strided or tensor.dtype not in _PLAIN
-            or tensor.is_inference() or tensor.numel() == 0 or not _one_block(tensor)):
+    if memo is None or not _rememberable(tensor):
         return compute(tensor)
     key = _key(tensor)
     kept = key in memo.kept
@@ -141,9 +139,16 @@ def keep(tensors: Iterable[torch.Tensor | None]) -> None:
     if memo is None:
         return
     for tensor in tensors:
-        if tensor is not None and type(tensor) in _TYPES and tensor.is_cpu \
-                and tensor.layout == torch.strided:
+        if tensor is not None and _rememberable(tensor):
             memo.kept.setdefault(_key(tensor), tensor)
+
+
+def _rememberable(tensor: torch.Tensor) -> bool:
+    """Whether results computed from a tensor are remembered: a plain tensor whose values fill
+    one block of CPU memory (see `remembered`)."""
+    return (type(tensor) in _TYPES and tensor.is_cpu and tensor.layout == torch.strided
+            and tensor.dtype in _PLAIN and not tensor.is_inference() and tensor.numel() > 0
+            and _one_block(tensor))
 
 
 def _key(tensor: torch.Tensor) -> Hashable:
