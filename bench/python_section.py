@@ -424,9 +424,8 @@ def goal(medians: dict[int, float], top: Timed, bottom: Timed | None, most: floa
     rounds = paired(top, bottom)
     spread = ""
     if len(rounds) >= 2:
-        quartiles = statistics.quantiles(rounds, n=4, method="inclusive")
         within = sum(1 for item in rounds if item <= most)
-        spread = (f"; round by round {quartiles[0]:.2f}x-{quartiles[2]:.2f}x (p25-p75), "
+        spread = (f"; round by round {iqr(rounds, 1, 2)}x (p25-p75), "
                   f"within the goal in {within} of {len(rounds)} rounds")
     return f"{ratio(medians, top, bottom)} (goal at most {most:g}x: {met}{spread})"
 
