@@ -115,6 +115,48 @@ class UserHooked(nn.Module):
         return out
 
 
+class SameOrNot(nn.Module):
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return a * 3 if a is b else a * b
+
+
+class GraphChanges(nn.Module):
+    """A child asks whether its two arguments are one tensor: full hooks wrap each argument on
+    its own, the full pass computes another graph, and is checked on a run with full hooks."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(3, 3)
+        self.same = SameOrNot()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        hidden = self.linear(x)
+        out: torch.Tensor = self.same(hidden, hidden)
+        remember(self, hidden, out)
+        return out
+
+
+class DoublesInput(nn.Module):
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        hidden.mul_(2)
+        return hidden + 1
+
+
+class InPlaceOnHooked(nn.Module):
+    """A child changes its input in place: torch refuses full hooks there, the pass runs
+    again without them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(3, 4)
+        self.doubles = DoublesInput()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.doubles(self.linear(x))
+        remember(self, out)
+        return out
+
+
 class FailsInBackward(Function):
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
@@ -158,6 +200,8 @@ MODELS: dict[str, tuple[Callable[[], nn.Module], tuple[int, ...]]] = {
     "attention": (Attention, (1, 3, 8)),
     "gru": (Recurrent, (1, 2, 3)),
     "user's hooks": (UserHooked, (2, 3)),
+    "full hooks change the graph": (GraphChanges, (2, 3)),
+    "full hooks refused": (InPlaceOnHooked, (2, 3)),
 }
 
 
