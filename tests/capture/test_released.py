@@ -247,6 +247,8 @@ def test_a_spec_walk_leaves_no_tensor_behind() -> None:
     session = capture_text(text, "specs/two_modules.yaml")  # the first: torch's own caches fill
     del session
     before = tensors_alive()
-    session = capture_text(text, "specs/two_modules.yaml")
-    del session
-    assert tensors_alive() == before
+    for _ in range(3):
+        session = capture_text(text, "specs/two_modules.yaml")
+        del session
+    # At most as many as before: what an earlier test left may be freed meanwhile.
+    assert tensors_alive() <= before
