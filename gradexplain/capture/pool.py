@@ -1,5 +1,6 @@
 """One copy of a Python model's parameter values, shared by the builds of a capture while no pass
-changes it: what `PythonSource.build` hands `copy.deepcopy` so that it does not copy them again.
+changes it: what `PythonSource.build` hands its deep copy (`copier`) as the memo, so that the
+copy does not copy them again.
 
 Every pass runs on its own deep copy of the user's model (two passes, the check run), and copying
 a model's parameters is most of what a deep copy costs: 47 MB three times over for a ResNet-18,

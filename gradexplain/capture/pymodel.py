@@ -29,6 +29,7 @@ import torch
 from torch import nn
 
 from gradexplain.capture.build import Built
+from gradexplain.capture.copier import deep_copy
 from gradexplain.capture.pool import ParameterPool
 from gradexplain.capture.usercode import (
     caught,
@@ -309,7 +310,7 @@ class PythonSource:
 
     def build(self) -> Built:
         try:
-            model = copy.deepcopy(self.model, self.pool.memo(self.model))
+            model = deep_copy(self.model, self.pool.memo(self.model))
         except RuntimeError as error:
             if user_frame(error) is not None:
                 raise  # the user's own __deepcopy__: blamed on the model (usercode)
