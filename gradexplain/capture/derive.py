@@ -43,7 +43,8 @@ def derivations(spec: ModelSpec, trace: PassTrace, view: GraphView,
             continue
         done[id(values)] = len(derivations)
         traced = _traced(trace, run.index)
-        lines = [_line(view, values, node, traced.get(node), operands, names,
+        shown_output = _shown_outputs(values)
+        lines = [_line(view, values, shown_output, node, traced.get(node), operands, names,
                        _changed_by(changes, run.index, node)) for node in
                  _topological(view, set(traced))]
         derivations.append(Derivation(run.index, run.kind, run.of,
@@ -134,18 +135,27 @@ def _written(expr: object) -> str | None:
     return None
 
 
-def _line(view: GraphView, values: RunValues, node: str,
+def _shown_outputs(values: RunValues) -> dict[int, int]:
+    """Each node's output a line is shown by, by the node's rank: the first that got a
+    gradient. A node with several outputs (nn.LSTM's RNN node: out, h, c) with a loss of h
+    only has None for output 0. Found in one pass over the call's gradients, not per node."""
+    shown: dict[int, int] = {}
+    for rank, number in sorted(values.totals):
+        if values.totals[(rank, number)] is not None:
+            shown.setdefault(rank, number)
+    return shown
+
+
+def _line(view: GraphView, values: RunValues, shown_output: dict[int, int], node: str,
           traced: list[TensorValue | None] | None,
           operands: dict[str, tuple[str | None, ...]],
           names: ChainNames, changed_by: Callable[[int | None], str | None]) -> DerivationLine:
-    """One node: `traced` is what the traced pass saw flow out of it (see `_traced`)."""
+    """One node: `traced` is what the traced pass saw flow out of it (see `_traced`),
+    `shown_output` the output each node is shown by (`_shown_outputs`)."""
     rank = view.rank[node]
     name = view.name_of(node)
     naming = names.naming
-    # A node with several outputs (nn.LSTM's RNN node: out, h, c) is shown by the first one
-    # that got a gradient: with a loss of h only, output 0's is None.
-    number = next((key[1] for key in sorted(values.totals)
-                   if key[0] == rank and values.totals[key] is not None), 0)
+    number = shown_output.get(rank, 0)
     output = names.name((node, number))
     upstream = values.totals.get((rank, number))
     if name == ACCUMULATE:
