@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import warnings
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import replace
 from typing import Any
@@ -124,6 +124,9 @@ class _Recorder:
         self.user_hooks: list[UserHook] = []  # the user's own, found on the build
         self.refusals: tuple[Refusal, ...] = ()
 
+    # Set once the pass is over (`release`): every hook of this recorder then does nothing.
+    released = False
+
     def release(self) -> None:
         """Drop everything the pass held, once its record is made. Removing a module's hooks
         does not remove what torch put on the graph for them during the forward: a legacy
@@ -133,6 +136,17 @@ class _Recorder:
         pass's build, graph and gradients (90 MB for a 50-layer MLP) lived as long as the
         process. Emptied, the recorder reaches nothing, and the pass is freed as it ends."""
         self.__dict__.clear()
+        self.released = True
+
+    def live(self, hook: Callable[..., None]) -> Callable[..., None]:
+        """`hook`, doing nothing once the pass is over. A model that keeps a tensor of this
+        pass's graph beyond it (in a global, which no deep copy separates) may backpropagate
+        through it in a later pass, and the hooks torch left on that graph then run: as
+        without gradexplain, they are not there to record anything."""
+        def guarded(*args: Any) -> None:
+            if not self.released:
+                hook(*args)
+        return guarded
 
     # --- tensors and nodes -----------------------------------------------------------------
 
@@ -222,7 +236,10 @@ class _Recorder:
                                  tuple(args), self.node_ids.get(node)))
 
     def user_args(self, prefix: str, values: Any) -> list[Arg]:
-        """A user hook's arguments as recorded: `prefix[i]` for a tuple, `prefix` alone else."""
+        """A user hook's arguments as recorded: `prefix[i]` for a tuple, `prefix` alone else
+        (nothing, once the pass is over: see `live`)."""
+        if self.released:
+            return []
         if isinstance(values, (tuple, list)):
             return self.args(prefix, values)
         return [self.arg(prefix, values)]
@@ -231,7 +248,10 @@ class _Recorder:
                   returned: list[Arg] | None, changed: bool,
                   tensor: torch.Tensor | None) -> None:
         """One call of one of the user's own hooks, on the node and under the name one of
-        gradexplain's hooks of the same kind and place would have."""
+        gradexplain's hooks of the same kind and place would have (none once the pass is
+        over: see `live`)."""
+        if self.released:
+            return
         node: Node | None = None
         if tensor is not None:
             known = self.tensor_index.get(_key(tensor))
@@ -305,7 +325,7 @@ class _Recorder:
             args = self.args("input", inputs)
             self.arguments.setdefault(path, []).append(tuple(arg.tensor for arg in args))
             self.record("forward_pre", path, None, args)
-        return hook
+        return self.live(hook)
 
     def name_outputs(self, path: str, outputs: Sequence[Any]) -> None:
         """A Python model has no step names: a module's outputs are named by its path and the op
@@ -335,7 +355,7 @@ class _Recorder:
                 self.arguments[path].pop() if self.arguments.get(path) else (),
                 _returned_argument(inputs, first),
             ))
-        return hook
+        return self.live(hook)
 
     def backward_hook(self, path: str, kind: HookKind) -> Any:
         """A legacy ("backward") or full ("full_backward") module hook: same signature."""
@@ -345,7 +365,7 @@ class _Recorder:
             self.record(kind, path, self.current_node,
                         self.args("grad_input", grad_input) + self.args("grad_output",
                                                                           grad_output))
-        return hook
+        return self.live(hook)
 
     def in_traced_graph(self, path: str) -> None:
         """Refuse a module backward hook fired by a node outside the traced graph: a backward
@@ -370,7 +390,7 @@ class _Recorder:
             self.in_traced_graph(path)
             self.record("full_backward_pre", path, self.current_node,
                         self.args("grad_output", grad_output))
-        return hook
+        return self.live(hook)
 
     def tensor_hook(self, index: int) -> Any:
         def hook(grad: torch.Tensor) -> None:
@@ -378,7 +398,7 @@ class _Recorder:
             # receives the gradient of the tensor as it was then.
             self.record("tensor", self.canonical(index), self.tensor_nodes[index],
                         [self.arg("grad", grad)])
-        return hook
+        return self.live(hook)
 
     def post_accumulate_hook(self, name: str) -> Any:
         def hook(tensor: torch.Tensor) -> None:
@@ -391,21 +411,21 @@ class _Recorder:
             # accumulated, so that is the value recorded under the argument's name.
             self.record("post_accumulate_grad", name, None,
                         [Arg("tensor", tensor_value(tensor.grad), index)])
-        return hook
+        return self.live(hook)
 
     def node_pre_hook(self, node: Node) -> Any:
         def hook(grad_outputs: tuple[Any, ...]) -> None:
             self.current_node = node
             self.record("node_pre", self.node_ids[node], node,
                         self.args("grad_outputs", grad_outputs))
-        return hook
+        return self.live(hook)
 
     def node_hook(self, node: Node) -> Any:
         def hook(grad_inputs: tuple[Any, ...], grad_outputs: tuple[Any, ...]) -> None:
             self.record("node", self.node_ids[node], node,
                         self.args("grad_inputs", grad_inputs)
                         + self.args("grad_outputs", grad_outputs))
-        return hook
+        return self.live(hook)
 
     # --- running ----------------------------------------------------------------------------
 

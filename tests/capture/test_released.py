@@ -252,3 +252,39 @@ def test_a_spec_walk_leaves_no_tensor_behind() -> None:
         del session
     # At most as many as before: what an earlier test left may be freed meanwhile.
     assert tensors_alive() <= before
+
+
+# What a model keeps of its forwards beyond the capture: a module-level list, which no deep copy
+# separates from the builds.
+KEPT: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+
+
+class KeepsItsGraph(nn.Module):
+    """Keeps, of each forward, its input, its layer's weight and a second output of the layer
+    that the loss does not use (so that its graph is not backpropagated in the pass); the
+    user's own full hook is on the layer, so that the graph kept carries its wrapper too."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(3, 2)
+        self.linear.register_full_backward_hook(lambda module, grad_in, grad_out: None)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.linear(x)
+        KEPT.append((x, self.linear(x), self.linear.weight))
+        return out
+
+
+def test_a_graph_kept_beyond_its_pass_backpropagates_as_plain_torch() -> None:
+    """torch keeps the hooks it registered on each pass's graph for the module hooks (ours and
+    the user's, wrapped); once the pass is over ours do nothing: no record, no error. (The
+    legacy pass's graph is left out: a legacy hook's wrapper on the graph refuses to run once
+    its module is gone, as torch's always does, and each pass's build is gone with its pass.)"""
+    KEPT.clear()
+    explain(KeepsItsGraph(), torch.randn(4, 3))
+    assert len(KEPT) >= 3  # the legacy pass, the full pass, the check run
+    for x, side, weight in KEPT[1:]:
+        (grad,) = torch.autograd.grad(side.sum(), weight)
+        torch.testing.assert_close(grad, x.detach().sum(0).expand(2, 3))
+    assert alive() == []  # what `remember` saw is untouched by this: the builds are KEPT's
+    KEPT.clear()
