@@ -73,14 +73,29 @@ def _recorded(tensor: torch.Tensor, limit: int) -> TensorValue:
     dtype = str(data.dtype).removeprefix("torch.")
     if data.numel() > limit:
         as_float = data.double()
-        low, high = extremes(as_float)
-        # One conversion for the four numbers: on a deep model this runs thousands of times,
-        # and each small torch call costs more than its arithmetic.
-        minimum, maximum, mean, norm = torch.stack(
-            [low, high, as_float.mean(), torch.linalg.vector_norm(as_float)]).tolist()
-        summary = Summary(minimum, maximum, mean, norm)
+        least, greatest = _least_greatest(data, as_float)
+        summary = Summary(least, greatest, as_float.mean().item(),
+                          torch.linalg.vector_norm(as_float).item())
         return TensorValue(shape, dtype, None, summary)
     return TensorValue(shape, dtype, data.tolist())
+
+
+# The float dtypes narrower than float64, each of whose values converts to float64 exactly.
+_NARROWER = frozenset({torch.float32, torch.float16, torch.bfloat16})
+
+
+def _least_greatest(data: torch.Tensor, as_float: torch.Tensor) -> tuple[float, float]:
+    """`extremes(as_float)`, `as_float` being `data` in float64, read from `data` itself where
+    it is a narrower float: half the bytes or fewer, and the same numbers, since the least and
+    greatest values are the same values in either dtype. Unless a zero or a nan comes out:
+    which zero or which nan is then the float64 copy's, as before."""
+    if data.dtype in _NARROWER:
+        low, high = extremes(data)
+        least, greatest = low.item(), high.item()
+        if _unambiguous(least, greatest):
+            return least, greatest
+    low, high = extremes(as_float)
+    return low.item(), high.item()
 
 
 def extremes(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -95,10 +110,16 @@ def extremes(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         flat = values.permute(order)
         if flat.is_contiguous():
             low, high = torch.aminmax(flat)
-            least, greatest = low.item(), high.item()
-            if least != 0 and greatest != 0 and not math.isnan(least) and not math.isnan(greatest):
+            if _unambiguous(low.item(), high.item()):
                 return low, high
     return torch.aminmax(values)
+
+
+def _unambiguous(least: float, greatest: float) -> bool:
+    """Whether a least and a greatest value are the same whatever order the values are read
+    in: neither is a zero (0.0 and -0.0 compare equal, and which comes out depends on the
+    order) nor a nan (which nan comes out, too)."""
+    return least != 0 and greatest != 0 and not math.isnan(least) and not math.isnan(greatest)
 
 
 def in_float64(value: TensorValue | None) -> TensorValue | None:
