@@ -52,7 +52,7 @@ def _copy(value: Any, memo: dict[int, Any]) -> Any:
         made = memo[id(value)] = set(value)
         _keep_alive(value, memo)
         return made
-    if isinstance(value, nn.Module) and _plain_module(kind):
+    if isinstance(value, nn.Module) and _plain_module(kind) and _plain_instance(value):
         return _copy_module(value, memo)
     return copy.deepcopy(value, memo)
 
@@ -91,6 +91,17 @@ _ABSENT = ("__deepcopy__", "__getnewargs_ex__", "__getnewargs__")
 _INHERITED: tuple[tuple[str, Any], ...] = (
     ("__reduce_ex__", object.__reduce_ex__), ("__reduce__", object.__reduce__),
     ("__getstate__", nn.Module.__getstate__), ("__new__", object.__new__))
+
+
+# The names `copy.deepcopy` (and the pickle protocol it uses) looks up on the instance itself.
+_LOOKED_UP = frozenset({*_ABSENT, *(name for name, _ in _INHERITED)})
+
+
+def _plain_instance(module: nn.Module) -> bool:
+    """Whether none of those names is the module's own (an attribute set on it, or a child,
+    parameter or buffer so named, which nn.Module's `__getattr__` would hand deepcopy)."""
+    return all(_LOOKED_UP.isdisjoint(names) for names in (
+        module.__dict__, module._parameters, module._buffers, module._modules))
 
 
 def _plain_module(kind: type) -> bool:

@@ -199,3 +199,16 @@ def test_dicts_keep_their_type_and_order() -> None:
     made: Any = deep_copy(model, {})
     assert type(made.table) is OrderedDict and list(made.table) == ["b", "a"]
     assert made.table is not model.table
+
+
+def test_an_instances_own_deepcopy_is_called_as_copy_deepcopy_calls_it() -> None:
+    """copy.deepcopy looks `__deepcopy__` up on the instance too: one set on a module itself
+    is called, by both."""
+    replacement = nn.Linear(2, 2)
+    model: Any = nn.Sequential(nn.Linear(2, 2), nn.Tanh())
+    model[0].__deepcopy__ = lambda memo: replacement
+    expected: Any = copy.deepcopy(model)
+    made: Any = deep_copy(model, {})
+    assert expected[0] is replacement
+    assert made[0] is replacement
+    assert made[1] is not model[1]
