@@ -282,14 +282,15 @@ def test_a_graph_kept_beyond_its_pass_backpropagates_as_plain_torch() -> None:
     legacy pass's graph is left out: a legacy hook's wrapper on the graph refuses to run once
     its module is gone, as torch's always does, and each pass's build is gone with its pass.)"""
     KEPT.clear()
-    with warnings.catch_warnings():
-        # torch's notice that a full hook fires with no input requiring grad (the weight's
-        # gradient alone is asked for): what torch says, not what is tested.
-        warnings.simplefilter("ignore", UserWarning)
-        explain(KeepsItsGraph(), torch.randn(4, 3))
-        assert len(KEPT) >= 3  # the legacy pass, the full pass, the check run
-        for x, side, weight in KEPT[1:]:
-            (grad,) = torch.autograd.grad(side.sum(), weight)
-            torch.testing.assert_close(grad, x.detach().sum(0).expand(2, 3))
-    assert alive() == []  # what `remember` saw is untouched by this: the builds are KEPT's
-    KEPT.clear()
+    try:
+        with warnings.catch_warnings():
+            # torch's notice that a full hook fires with no input requiring grad (the weight's
+            # gradient alone is asked for): what torch says, not what is tested.
+            warnings.simplefilter("ignore", UserWarning)
+            explain(KeepsItsGraph(), torch.randn(4, 3))
+            assert len(KEPT) >= 3  # the legacy pass, the full pass, the check run
+            for x, side, weight in KEPT[1:]:
+                (grad,) = torch.autograd.grad(side.sum(), weight)
+                torch.testing.assert_close(grad, x.detach().sum(0).expand(2, 3))
+    finally:
+        KEPT.clear()  # the builds it keeps alive
