@@ -111,12 +111,18 @@ def remembered(tensor: torch.Tensor, kind: Hashable, compute: Callable[[torch.Te
     strides, dtype and alignment (the legacy and full passes compute the same values; the check
     run too). Only a plain tensor whose values fill one block of CPU memory is remembered."""
     memo = _memo.get()
-    if memo is None or not _rememberable(tensor):
+    if memo is None or not _keyed(tensor):
         return compute(tensor)
     key = _key(tensor)
     kept = key in memo.kept
     entry = memo.entries.get(key)
-    if entry is None or (key not in memo.compared and not _same(tensor, entry.copy)):
+    if entry is None:
+        if not _rememberable(tensor):
+            return compute(tensor)
+        entry = memo.entries[key] = _new_entry(memo, tensor, kept)
+    elif key not in memo.compared and not _same(tensor, entry.copy):
+        # An entry is only made for a tensor `_rememberable` allows, and the key holds what
+        # that depends on beyond `_keyed` (shape, strides, dtype): this tensor is one too.
         entry = memo.entries[key] = _new_entry(memo, tensor, kept)
     if kept:
         memo.compared.add(key)
@@ -143,11 +149,16 @@ def keep(tensors: Iterable[torch.Tensor | None]) -> None:
             memo.kept.setdefault(_key(tensor), tensor)
 
 
+def _keyed(tensor: torch.Tensor) -> bool:
+    """Whether a tensor has a `_key`: a plain strided CPU tensor that counts its changes."""
+    return (type(tensor) in _TYPES and tensor.is_cpu and tensor.layout == torch.strided
+            and not tensor.is_inference())
+
+
 def _rememberable(tensor: torch.Tensor) -> bool:
     """Whether results computed from a tensor are remembered: a plain tensor whose values fill
     one block of CPU memory (see `remembered`)."""
-    return (type(tensor) in _TYPES and tensor.is_cpu and tensor.layout == torch.strided
-            and tensor.dtype in _PLAIN and not tensor.is_inference() and tensor.numel() > 0
+    return (_keyed(tensor) and tensor.dtype in _PLAIN and tensor.numel() > 0
             and _one_block(tensor))
 
 

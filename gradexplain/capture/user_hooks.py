@@ -108,6 +108,10 @@ def user_hooks(model: nn.Module, purpose: Purpose,
 
 def _module_hooks(path: str, module: nn.Module, purpose: Purpose, calls: UserCalls | None,
                   saved: _Saved, found: list[UserHook]) -> None:
+    if (module._is_full_backward_hook is None and not module._forward_pre_hooks
+            and not module._forward_hooks and not module._backward_hooks
+            and not module._backward_pre_hooks):
+        return  # nothing to wrap, suspend or reset: most modules, asked at every build
     title = module_title(path)
     pre_kwargs, forward_kwargs = (module._forward_pre_hooks_with_kwargs,
                                   module._forward_hooks_with_kwargs)

@@ -48,8 +48,10 @@ def tensor_value(tensor: torch.Tensor | None) -> TensorValue | None:
 def local_part(tensor: torch.Tensor) -> torch.Tensor:
     """What this process holds of a tensor: a DTensor's local shard (FSDP2's parameters and
     their `.grad` are DTensors, sharded across ranks), any other tensor itself."""
+    if type(tensor) is torch.Tensor:
+        return tensor
     to_local = getattr(tensor, "to_local", None)
-    if to_local is None or type(tensor) is torch.Tensor:
+    if to_local is None:
         return tensor
     with torch.no_grad():
         local: torch.Tensor = to_local()
