@@ -11,8 +11,10 @@ count says). So this says whether a change does less work; `bench.py` says what 
 
 Each tree is counted as two processes under callgrind, one making a warm-up call (imports,
 first-call set-up) and one making the warm-up and `--calls` more; the difference divided by
-`--calls` is one steady-state call. Four processes in all, two at a time: about 6 minutes for
-the MLP on one of these machines (callgrind runs code 30-50 times slower).
+`--calls` is one steady-state call. Four processes in all, two at a time: about 8 minutes for
+the MLP on one of these machines (callgrind runs code 30-50 times slower). The count is not
+quite exact: the same code counted twice this way came out 0.4% apart, so a step has to change
+it by more than that to show (more `--calls` narrow it).
 
     python bench/instructions.py                      # the MLP, HEAD against the working tree
     python bench/instructions.py --model resnet18 --base HEAD~3 --calls 1
@@ -67,11 +69,15 @@ def main() -> int:
         print("--calls must be at least 1", file=sys.stderr)
         return 2
     with tempfile.TemporaryDirectory() as scratch:
-        base = Path(scratch) / "base"
+        base, work = Path(scratch) / "base", Path(scratch) / "work"
         subprocess.run(["git", "worktree", "add", "--detach", "--quiet", str(base), args.base],
                        cwd=REPO, check=True)
+        # The working tree's package copied beside the revision's, under a path of the same
+        # length, so that where a tree lies is no difference between them.
+        shutil.copytree(REPO / "gradexplain", work / "gradexplain",
+                        ignore=shutil.ignore_patterns("__pycache__"))
         try:
-            trees = {args.base: base, "working tree": REPO}
+            trees = {args.base: base, "working tree": work}
             jobs = [(label, calls) for label in trees for calls in (0, args.calls)]
             with ThreadPoolExecutor(2) as pool:
                 counts = dict(zip(jobs, pool.map(
