@@ -4,10 +4,11 @@ the machine's load.
 
 These machines are shared: a capture's time moves by 5-10% from one run to the next, more than
 most single changes save, so `bench.py`'s ratios cannot tell a 2% step from noise. Callgrind
-counts the instructions a process executes, the same in every run of the same code (with
-Python's hash seed fixed). What it cannot see is time that is not instructions: page faults,
-cache misses, waiting on memory (a capture that copies less may be faster by more than its
-count says). So this says whether a change does less work; `bench.py` says what that is worth.
+counts the instructions a process executes, which the load does not change (Python's hash
+seed is fixed; what is left to chance is below). What it cannot see is time that is not
+instructions: page faults, cache misses, waiting on memory (a capture that copies less may be
+faster by more than its count says). So this says whether a change does less work; `bench.py`
+says what that is worth.
 
 Each tree is counted as two processes under callgrind, one making a warm-up call (imports,
 first-call set-up) and one making the warm-up and `--calls` more; the difference divided by
@@ -70,13 +71,16 @@ def main() -> int:
         return 2
     with tempfile.TemporaryDirectory() as scratch:
         base, work = Path(scratch) / "base", Path(scratch) / "work"
-        subprocess.run(["git", "worktree", "add", "--detach", "--quiet", str(base), args.base],
-                       cwd=REPO, check=True)
-        # The working tree's package copied beside the revision's, under a path of the same
-        # length, so that where a tree lies is no difference between them.
-        shutil.copytree(REPO / "gradexplain", work / "gradexplain",
-                        ignore=shutil.ignore_patterns("__pycache__"))
+        added = subprocess.run(["git", "worktree", "add", "--detach", "--quiet", str(base),
+                                args.base], cwd=REPO, capture_output=True, text=True, check=False)
+        if added.returncode != 0:
+            print(f"cannot check out {args.base!r}: {added.stderr.strip()}", file=sys.stderr)
+            return 2
         try:
+            # The working tree's package copied beside the revision's, under a path of the
+            # same length, so that where a tree lies is no difference between them.
+            shutil.copytree(REPO / "gradexplain", work / "gradexplain",
+                            ignore=shutil.ignore_patterns("__pycache__"))
             trees = {args.base: base, "working tree": work}
             jobs = [(label, calls) for label in trees for calls in (0, args.calls)]
             with ThreadPoolExecutor(2) as pool:
@@ -88,7 +92,8 @@ def main() -> int:
     per_call = {label: (counts[(label, args.calls)] - counts[(label, 0)]) / args.calls
                 for label in trees}
     reference = per_call[args.base]
-    print(f"instructions per explain() of {args.model} ({args.calls} calls after a warm-up):")
+    calls = f"{args.calls} call{'s' if args.calls > 1 else ''}"
+    print(f"instructions per explain() of {args.model} ({calls} after a warm-up):")
     for label, instructions in per_call.items():
         print(f"- {label}: {instructions / 1e6:,.1f} M ({instructions / reference:.4f}x)")
     return 0

@@ -111,7 +111,7 @@ def _module_hooks(path: str, module: nn.Module, purpose: Purpose, calls: UserCal
     if (module._is_full_backward_hook is None and not module._forward_pre_hooks
             and not module._forward_hooks and not module._backward_hooks
             and not module._backward_pre_hooks):
-        return  # nothing to wrap, suspend or reset: most modules, asked at every build
+        return  # nothing to wrap, suspend or reset: most modules, at every pass
     title = module_title(path)
     pre_kwargs, forward_kwargs = (module._forward_pre_hooks_with_kwargs,
                                   module._forward_hooks_with_kwargs)
