@@ -90,13 +90,16 @@ def _least_greatest(data: torch.Tensor, as_float: torch.Tensor) -> tuple[float, 
     """`extremes(as_float)`, `as_float` being `data` in float64, read from `data` itself where
     it is a narrower float: half the bytes or fewer, and the same numbers, since the least and
     greatest values are the same values in either dtype. Unless a zero or a nan comes out:
-    which zero or which nan is then the float64 copy's, as before."""
+    which zero or which nan is then the float64 copy's in the layout, as before (read in memory
+    order, the copy would come out ambiguous too: the same numbers)."""
     if data.dtype in _NARROWER:
-        low, high = extremes(data)
+        low, high = torch.aminmax(_in_memory_order(data))
         least, greatest = low.item(), high.item()
         if _unambiguous(least, greatest):
             return least, greatest
-    low, high = extremes(as_float)
+        low, high = torch.aminmax(as_float)
+    else:
+        low, high = extremes(as_float)
     return low.item(), high.item()
 
 
@@ -106,15 +109,22 @@ def extremes(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     slower. The least and greatest of a set of numbers do not depend on the order they are read
     in, except which of two zeros (0.0, -0.0) or which nan comes out: then, as torch gives them
     in the layout."""
-    if not values.is_contiguous():
-        strides = values.stride()
-        order = sorted(range(values.dim()), key=lambda dim: -strides[dim])
-        flat = values.permute(order)
-        if flat.is_contiguous():
-            low, high = torch.aminmax(flat)
-            if _unambiguous(low.item(), high.item()):
-                return low, high
+    flat = _in_memory_order(values)
+    if flat is not values:
+        low, high = torch.aminmax(flat)
+        if _unambiguous(low.item(), high.item()):
+            return low, high
     return torch.aminmax(values)
+
+
+def _in_memory_order(values: torch.Tensor) -> torch.Tensor:
+    """The tensor's dimensions permuted into the order its values lie in memory, where that
+    makes it contiguous (a transpose); else the tensor itself."""
+    if values.is_contiguous():
+        return values
+    strides = values.stride()
+    flat = values.permute(sorted(range(values.dim()), key=lambda dim: -strides[dim]))
+    return flat if flat.is_contiguous() else values
 
 
 def _unambiguous(least: float, greatest: float) -> bool:
