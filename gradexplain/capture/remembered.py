@@ -40,7 +40,7 @@ import torch
 T = TypeVar("T")
 
 # The dtypes remembered: those whose bytes are their values (not complex, not quantized).
-_PLAIN = frozenset({torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int64,
+PLAIN_DTYPES = frozenset({torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int64,
                     torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool})
 # Up to this many bytes a tensor is compared with its copy as bytes read directly; above it, by
 # torch (reading a large tensor as one bytes object costs fresh pages from the system).
@@ -158,7 +158,7 @@ def _keyed(tensor: torch.Tensor) -> bool:
 def _rememberable(tensor: torch.Tensor) -> bool:
     """Whether results computed from a tensor are remembered: a plain tensor whose values fill
     one block of CPU memory (see `remembered`)."""
-    return (_keyed(tensor) and tensor.dtype in _PLAIN and tensor.numel() > 0
+    return (_keyed(tensor) and tensor.dtype in PLAIN_DTYPES and tensor.numel() > 0
             and _one_block(tensor))
 
 
@@ -208,8 +208,8 @@ def _one_block(tensor: torch.Tensor) -> bool:
 
 def same_bits(tensor: torch.Tensor, copy: torch.Tensor) -> bool:
     """Whether a contiguous CPU tensor and its copy hold the same bits, in the same shape and
-    dtype (a dtype whose bytes are its values: `_PLAIN`)."""
-    return (tensor.dtype in _PLAIN and copy.dtype == tensor.dtype
+    dtype (a dtype whose bytes are its values: `PLAIN_DTYPES`)."""
+    return (tensor.dtype in PLAIN_DTYPES and copy.dtype == tensor.dtype
             and copy.shape == tensor.shape and tensor.is_contiguous() and copy.is_contiguous()
             and _same(tensor, copy))
 
