@@ -66,7 +66,10 @@ more, and on a shared machine they stall (seen: a 12 ms plain forward + backward
 torch's default of 2 threads, at a load average of 4 on 2 CPUs), which buries the ratios in
 noise. ``explain`` is called with
 ``threads=None`` so that this one setting governs the capture as well as the plain and floor
-passes (by default ``explain`` would use one thread whatever the setting).
+passes (by default ``explain`` would use one thread whatever the setting). Its calls are timed
+by wall time; ``--clock cpu`` times them by the process's CPU time instead (page faults count,
+waiting for a CPU the machine's other work holds does not), which issue 20's figures were
+first given in.
 
 Run from anywhere (it changes to the repository root): ``python bench/bench.py``, or
 ``python bench/bench.py --quick`` for a smoke test with few repetitions.
@@ -100,7 +103,7 @@ from command_sections import (
     threads_section,
     walk_section,
 )
-from python_section import PYTHON_BUDGET_SECONDS, python_section
+from python_section import CLOCKS, PYTHON_BUDGET_SECONDS, python_section
 from timing import REPO, last_line, launcher
 
 # Every section, in the order they run (whatever the order of --only).
@@ -121,6 +124,7 @@ class Settings:
     python_rounds: int
     python_budget: float | None
     torch_threads: int
+    clock: str = "wall"
 
 
 def parse_args(argv: Sequence[str] | None) -> Settings:
@@ -138,6 +142,10 @@ def parse_args(argv: Sequence[str] | None) -> Settings:
     parser.add_argument("--torch-threads", type=int, default=1,
                         help="torch.set_num_threads for the Python API section (default 1; "
                              "0: torch's own default)")
+    parser.add_argument("--clock", choices=list(CLOCKS), default="wall",
+                        help="what the Python API section times: wall time (default), or the "
+                             "process's CPU time, which a busy machine's other work does not "
+                             "add to")
     parser.add_argument("--only", choices=list(SECTIONS),
                         action="append",
                         help="run only this section (repeatable)")
@@ -158,6 +166,7 @@ def parse_args(argv: Sequence[str] | None) -> Settings:
         python_rounds=python_rounds,
         python_budget=PYTHON_BUDGET_SECONDS if args.python_rounds is None else None,
         torch_threads=args.torch_threads,
+        clock=args.clock,
     )
 
 
@@ -208,7 +217,7 @@ def python_api(settings: Settings) -> tuple[list[str], bool]:
         import torch
 
         torch.set_num_threads(settings.torch_threads)
-    return python_section(settings.python_rounds, settings.python_budget)
+    return python_section(settings.python_rounds, settings.python_budget, settings.clock)
 
 
 def section_runs(gx: list[str], settings: Settings) -> dict[str, Section]:

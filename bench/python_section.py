@@ -40,6 +40,10 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
+# How each call is timed: wall time, or the process's CPU time (user and system: page faults
+# count, waiting for a CPU the machine's other work holds does not).
+Clock = Callable[[], float]
+CLOCKS: dict[str, Clock] = {"wall": time.perf_counter, "cpu": time.process_time}
 PYTHON_BUDGET_SECONDS = 70.0  # each model's rounds; what follows them takes about 4 captures
 PYTHON_MIN_ROUNDS = 2
 PYTHON_REPEAT = 5  # plain and floor runs per round: they are fast, and noisier than a capture
@@ -194,7 +198,7 @@ class Calls:
     capture leaves its Explanation in ``state`` for the renderings that follow it, which leave
     their output there too; whoever runs them clears ``state``."""
 
-    def __init__(self, bench_model: BenchModel) -> None:
+    def __init__(self, bench_model: BenchModel, clock: Clock = time.perf_counter) -> None:
         # `from gradexplain import explain` is the documented path; gradexplain.api is where it
         # lives (the package attribute is shadowed by the gradexplain.explain submodule once
         # that is imported, so the bench names the function itself).
@@ -202,6 +206,7 @@ class Calls:
         from gradexplain.render.console import plain_text
 
         self.explain = explain
+        self.clock = clock
         self.plain_text = plain_text
         self.model, self.x = bench_model.build()
         self.collapse = "collapse" in inspect.signature(Explanation.text).parameters
@@ -210,19 +215,19 @@ class Calls:
 
     def time_plain(self) -> float:
         copied, inputs = fresh(self.model, self.x)
-        start = time.perf_counter()
+        start = self.clock()
         plain_pass(copied, inputs)
-        return time.perf_counter() - start
+        return self.clock() - start
 
     def floor_timer(self, hook: Callable[..., None]) -> Callable[[], float]:
         """Both passes' forward + backward with every hook being `hook`, timed."""
         def time_floor() -> float:
             (legacy_model, legacy_x), (full_model, full_x) = (fresh(self.model, self.x),
                                                               fresh(self.model, self.x))
-            start = time.perf_counter()
+            start = self.clock()
             floor_pass(legacy_model, legacy_x, "legacy", hook)
             floor_pass(full_model, full_x, "full", hook)
-            return time.perf_counter() - start
+            return self.clock() - start
         return time_floor
 
     def time_torchlens(self) -> float:
@@ -234,16 +239,16 @@ class Calls:
             warnings.simplefilter("ignore")  # torchlens's notices, not the bench's business
             wrap_torch()  # as a torchlens user's process has them after its first trace
             try:
-                start = time.perf_counter()
+                start = self.clock()
                 record()
-                return time.perf_counter() - start
+                return self.clock() - start
             finally:
                 unwrap_torch()
 
     def time_capture(self) -> float:
-        start = time.perf_counter()
+        start = self.clock()
         self.state["explanation"] = self.explain(self.model, self.x, threads=None)
-        return time.perf_counter() - start
+        return self.clock() - start
 
     def explanation(self) -> Any:
         if "explanation" not in self.state:
@@ -252,16 +257,16 @@ class Calls:
 
     def time_text(self) -> float:
         result = self.explanation()
-        start = time.perf_counter()
+        start = self.clock()
         self.state["text"] = self.plain_text(
             result.text(collapse=True) if self.collapse else result.text())
-        return time.perf_counter() - start
+        return self.clock() - start
 
     def time_json(self) -> float:
         result = self.explanation()
-        start = time.perf_counter()
+        start = self.clock()
         self.state["json"] = json.dumps(result.json())
-        return time.perf_counter() - start
+        return self.clock() - start
 
 
 @dataclass
@@ -312,20 +317,21 @@ class Measures:
         return units + ([[self.torchlens]] if self.torchlens is not None else [])
 
 
-def python_section(rounds: int, budget: float | None) -> tuple[list[str], bool]:
-    """Each model of MODELS in turn (see ``model_lines``): markdown lines, and whether all
-    ran."""
+def python_section(rounds: int, budget: float | None,
+                   clock: str = "wall") -> tuple[list[str], bool]:
+    """Each model of MODELS in turn (see ``model_lines``), timed by ``clock`` (a key of
+    CLOCKS): markdown lines, and whether all ran."""
     out: list[str] = []
     passed = True
     for bench_model in MODELS:
-        lines, ok = model_lines(bench_model, rounds, budget)
+        lines, ok = model_lines(bench_model, rounds, budget, clock)
         out += lines + [""]
         passed = passed and ok
     return out[:-1], passed
 
 
-def model_lines(bench_model: BenchModel, rounds: int,
-                budget: float | None) -> tuple[list[str], bool]:
+def model_lines(bench_model: BenchModel, rounds: int, budget: float | None,
+                clock: str = "wall") -> tuple[list[str], bool]:
     """Time `explain(model, x)` and its renderings against a plain, a do-nothing-hooks and a
     cloning-hooks forward + backward and torchlens, interleaved in one process: markdown lines,
     and whether all ran.
@@ -336,14 +342,14 @@ def model_lines(bench_model: BenchModel, rounds: int,
     started = time.perf_counter()
     title = f"Python API: `explain(model, x)` on a {bench_model.about}"
     print(f"{title}: up to {rounds} rounds", file=sys.stderr, flush=True)
-    calls = Calls(bench_model)
+    calls = Calls(bench_model, CLOCKS[clock])
     measures = Measures.of(calls)
     done = run_rounds(calls, measures, rounds, budget, started)
     timed = measures.all()
     problems = [f"- FAILED: {item.label}: {item.failure}" for item in timed if item.failure]
     medians = {id(item): item.median() for item in timed if item.times and not item.failure}
     out = [f"## {title}", "", timing_table(measures, medians), ""]
-    out += summary(measures, medians, done, rounds)
+    out += summary(measures, medians, done, rounds, clock)
     if measures.capture.failure is None:
         out += after_rounds(calls, measures)
     out.append(f"- section time: {time.perf_counter() - started:.0f} s")
@@ -449,10 +455,10 @@ def _by_round(item: Timed) -> list[float]:
 
 
 def summary(
-    measures: Measures, medians: dict[int, float], done: int, rounds: int
+    measures: Measures, medians: dict[int, float], done: int, rounds: int, clock: str = "wall"
 ) -> list[str]:
-    """The lines under the table: the rounds and torch's settings, then the ratios the README
-    quotes."""
+    """The lines under the table: the rounds, the clock and torch's settings, then the ratios
+    the README quotes."""
     import torch
 
     plain, floor, capture = measures.plain, measures.floor, measures.capture
@@ -461,8 +467,8 @@ def summary(
                  else goal(medians, capture, measures.torchlens, TORCHLENS_GOAL))
     return [
         f"- rounds: {done} of {rounds}{stopped}; plain and floors run {PYTHON_REPEAT}"
-        f" times a round; torch {torch.__version__}, intra-op threads: "
-        f"{torch.get_num_threads()}",
+        f" times a round; timed by {'CPU' if clock == 'cpu' else 'wall'} time; torch "
+        f"{torch.__version__}, intra-op threads: {torch.get_num_threads()}",
         f"- walk / torchlens: {torchlens}",
         f"- walk / clone floor: "
         f"{goal(medians, capture, measures.clone_floor, CLONE_FLOOR_GOAL)}",
