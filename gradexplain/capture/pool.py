@@ -51,6 +51,8 @@ class ParameterPool:
             copied.set_(values.untyped_storage(), 0, buffer.shape, buffer.stride())
             if buffer.requires_grad:
                 copied.requires_grad_()
+            if buffer.__dict__:  # nn.Buffer's marks (`persistent`), each a plain value
+                copied.__dict__ = dict(buffer.__dict__)
             memo[id(buffer)] = copied
             # Where deepcopy looks up a storage it copied (UntypedStorage.__deepcopy__): a
             # view of this buffer kept elsewhere in the model then shares the same copy, as it
@@ -71,6 +73,10 @@ class ParameterPool:
         return values
 
 
+# The attribute values a buffer may have and be pooled: what deepcopy hands back as they are.
+_PLAIN_VALUES = frozenset({bool, int, float, str, type(None)})
+
+
 def _plain(tensor: torch.Tensor) -> bool:
     """Whether `same_bits` can compare the tensor with its copy: a strided CPU tensor whose
     values fill one block of memory, all of it still there (a pass's model may free a
@@ -82,10 +88,11 @@ def _plain(tensor: torch.Tensor) -> bool:
 
 def _poolable(buffers: list[torch.Tensor], parameters: list[nn.Parameter]) -> list[torch.Tensor]:
     """The buffers that `Tensor.__deepcopy__` would copy as one plain block of values alone in
-    its memory: a plain tensor (no subclass, no attributes of its own, no `.grad`), a leaf
-    (deepcopy refuses any other, and is left to say so), of a dtype whose bytes are its
-    values, filling its whole storage, which no other parameter or buffer shares (deepcopy keeps
-    tensors that share memory sharing it; left to it)."""
+    its memory: a plain tensor (no subclass, no `.grad`, no attribute of its own but plain
+    values, which a copy of its `__dict__` copies), a leaf (deepcopy refuses any other, and is
+    left to say so), of a dtype whose bytes are its values, filling its whole storage, which no
+    other parameter or buffer shares (deepcopy keeps tensors that share memory sharing it; left
+    to it)."""
     owners: dict[int, int] = {}
     for tensor in (*parameters, *buffers):
         try:
@@ -96,7 +103,8 @@ def _poolable(buffers: list[torch.Tensor], parameters: list[nn.Parameter]) -> li
     return [
         buffer for buffer in buffers
         if type(buffer) is torch.Tensor and _plain(buffer) and buffer.is_leaf
-        and buffer.grad is None and not buffer.__dict__ and buffer.dtype in PLAIN_DTYPES
+        and buffer.grad is None and buffer.dtype in PLAIN_DTYPES
+        and all(type(value) in _PLAIN_VALUES for value in buffer.__dict__.values())
         and not buffer.is_conj() and not buffer.is_neg() and buffer.storage_offset() == 0
         and buffer.untyped_storage().nbytes() == buffer.nbytes
         and owners.get(buffer.untyped_storage().data_ptr()) == 1

@@ -92,6 +92,7 @@ class Normed(nn.Module):
         self.norm.get_buffer("running_mean").uniform_(-1.0, 1.0)
         self.norm.get_buffer("running_var").uniform_(0.5, 2.0)
         self.register_buffer("steps", torch.zeros((), dtype=torch.int64))
+        self.shift = nn.Buffer(torch.full((4,), 0.25), persistent=False)
         self.mean_view = self.mean().view(2, 2)
         self.eval()
 
@@ -99,7 +100,7 @@ class Normed(nn.Module):
         return self.norm.get_buffer("running_mean")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out: torch.Tensor = torch.tanh(self.norm(self.linear(x)))
+        out: torch.Tensor = torch.tanh(self.norm(self.linear(x)) + self.get_buffer("shift"))
         return out
 
 
@@ -121,16 +122,23 @@ def _normed(kind: type[Normed]) -> tuple[Normed, torch.Tensor]:
 
 
 def test_builds_share_buffer_values_but_not_the_buffers() -> None:
+    """Each build's buffers are its own tensors on one copy of the values, with what
+    copy.deepcopy gives each (an nn.Buffer's marks among them)."""
     model, x = _normed(Normed)
+    plain = dict(copy.deepcopy(model).named_buffers())
     source = python_source(model, (x,), "Normed")
     first, second = (source.build().model for _ in range(2))
     originals = dict(model.named_buffers())
+    assert set(originals) == {"norm.running_mean", "norm.running_var",
+                              "norm.num_batches_tracked", "steps", "shift"}
     for name, buffer in first.named_buffers():
         other = dict(second.named_buffers())[name]
         assert buffer is not other and buffer is not originals[name]
         assert buffer.data_ptr() == other.data_ptr() != originals[name].data_ptr()
         assert torch.equal(buffer, originals[name]) and buffer.dtype == originals[name].dtype
         assert buffer.is_leaf and not buffer.requires_grad
+        assert buffer.__dict__ == plain[name].__dict__ and buffer.__dict__ is not other.__dict__
+    assert first.get_buffer("shift").__dict__ == {"persistent": False, "_is_buffer": True}
 
 
 def test_a_view_of_a_buffer_shares_its_builds_memory_as_deepcopy_keeps_it() -> None:
