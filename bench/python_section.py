@@ -11,8 +11,9 @@ The goals (issue 20) are printed as met or not: a capture within torchlens's tim
 the clone floor, for each model.
 
 It owns the passes the capture is compared with (``plain_pass``, ``floor_pass``,
-``torchlens_pass``), what one timed call is (``Timed``), the calls themselves (``Calls``), the
-rounds and their early stop, and the section's lines. torch and gradexplain are imported only
+``torchlens_pass``), the clocks a call is timed by (``CLOCKS``), what one timed call is
+(``Timed``), the calls themselves (``Calls``), the rounds and their early stop, and the section's
+lines. torch and gradexplain are imported only
 when the section runs, so that a bench of the command sections never loads them.
 """
 
@@ -194,9 +195,9 @@ def torchlens_pass(model: nn.Module, x: torch.Tensor) -> Callable[[], None] | No
 
 
 class Calls:
-    """The calls the section times, on one model and input, each returning its seconds. A
-    capture leaves its Explanation in ``state`` for the renderings that follow it, which leave
-    their output there too; whoever runs them clears ``state``."""
+    """The calls the section times, on one model and input, each returning its seconds by
+    ``clock`` (one of CLOCKS). A capture leaves its Explanation in ``state`` for the renderings
+    that follow it, which leave their output there too; whoever runs them clears ``state``."""
 
     def __init__(self, bench_model: BenchModel, clock: Clock = time.perf_counter) -> None:
         # `from gradexplain import explain` is the documented path; gradexplain.api is where it
