@@ -83,7 +83,9 @@ def test_a_build_after_a_changed_parameter_has_the_models_values() -> None:
 
 class Normed(nn.Module):
     """A Linear and a batch norm in eval mode (its running statistics are what it computes
-    with), a step counter and a view of the running mean kept as a plain attribute."""
+    with), a step counter, a shift added to the output held as a non-persistent nn.Buffer (which
+    marks the tensor with attributes), and a view of the running mean kept as a plain
+    attribute."""
 
     def __init__(self) -> None:
         super().__init__()
