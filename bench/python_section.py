@@ -13,8 +13,8 @@ the clone floor, for each model.
 It owns the passes the capture is compared with (``plain_pass``, ``floor_pass``,
 ``torchlens_pass``), the clocks a call is timed by (``CLOCKS``), what one timed call is
 (``Timed``), the calls themselves (``Calls``), the rounds and their early stop, and the section's
-lines. torch and gradexplain are imported only
-when the section runs, so that a bench of the command sections never loads them.
+lines. torch and gradexplain are imported only when the section runs, so that a bench of the
+command sections never loads them.
 """
 
 from __future__ import annotations
@@ -199,7 +199,7 @@ class Calls:
     ``clock`` (one of CLOCKS). A capture leaves its Explanation in ``state`` for the renderings
     that follow it, which leave their output there too; whoever runs them clears ``state``."""
 
-    def __init__(self, bench_model: BenchModel, clock: Clock = time.perf_counter) -> None:
+    def __init__(self, bench_model: BenchModel, clock: Clock) -> None:
         # `from gradexplain import explain` is the documented path; gradexplain.api is where it
         # lives (the package attribute is shadowed by the gradexplain.explain submodule once
         # that is imported, so the bench names the function itself).
@@ -318,8 +318,7 @@ class Measures:
         return units + ([[self.torchlens]] if self.torchlens is not None else [])
 
 
-def python_section(rounds: int, budget: float | None,
-                   clock: str = "wall") -> tuple[list[str], bool]:
+def python_section(rounds: int, budget: float | None, clock: str) -> tuple[list[str], bool]:
     """Each model of MODELS in turn (see ``model_lines``), timed by ``clock`` (a key of
     CLOCKS): markdown lines, and whether all ran."""
     out: list[str] = []
@@ -332,7 +331,7 @@ def python_section(rounds: int, budget: float | None,
 
 
 def model_lines(bench_model: BenchModel, rounds: int, budget: float | None,
-                clock: str = "wall") -> tuple[list[str], bool]:
+                clock: str) -> tuple[list[str], bool]:
     """Time `explain(model, x)` and its renderings against a plain, a do-nothing-hooks and a
     cloning-hooks forward + backward and torchlens, interleaved in one process: markdown lines,
     and whether all ran.
@@ -456,7 +455,7 @@ def _by_round(item: Timed) -> list[float]:
 
 
 def summary(
-    measures: Measures, medians: dict[int, float], done: int, rounds: int, clock: str = "wall"
+    measures: Measures, medians: dict[int, float], done: int, rounds: int, clock: str
 ) -> list[str]:
     """The lines under the table: the rounds, the clock and torch's settings, then the ratios
     the README quotes."""

@@ -40,8 +40,9 @@ import torch
 T = TypeVar("T")
 
 # The dtypes remembered: those whose bytes are their values (not complex, not quantized).
-PLAIN_DTYPES = frozenset({torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int64,
-                    torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool})
+PLAIN_DTYPES = frozenset({torch.float64, torch.float32, torch.float16, torch.bfloat16,
+                          torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8,
+                          torch.bool})
 # Up to this many bytes a tensor is compared with its copy as bytes read directly; above it, by
 # torch (reading a large tensor as one bytes object costs fresh pages from the system).
 _AS_BYTES = 1 << 18
