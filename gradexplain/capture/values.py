@@ -37,11 +37,18 @@ def value_limit(limit: int | None) -> Iterator[None]:
 
 def tensor_value(tensor: torch.Tensor | None) -> TensorValue | None:
     """A tensor's values copied out now, in full precision, or a summary for a large one
-    (computed once per distinct values within `remembering()`)."""
+    (computed once per distinct values within `remembering()`, and once for a tensor and its
+    transposes on the same memory)."""
     if tensor is None:
         return None
     limit = _value_limit.get()
-    return remembered(local_part(tensor), ("value", limit), lambda item: _recorded(item, limit),
+    local = local_part(tensor)
+    if local.numel() > limit and local.layout == torch.strided:
+        # Remembered by its values in memory order: a Linear's weight gradient is handed to
+        # hooks as the transpose of its `.grad`, on the same memory (see `_Summarised`).
+        ordered = _in_memory_order(local)
+        return remembered(ordered, "summary", _Summarised, alike=True).record(local, ordered)
+    return remembered(local, ("value", limit), lambda item: _recorded(item, limit),
                       alike=True)
 
 
@@ -64,6 +71,17 @@ def _recorded(tensor: torch.Tensor, limit: int) -> TensorValue:
         # A sparse gradient (Embedding(sparse=True)) has no storage to read: its values are
         # those of the dense tensor it stands for, which is what every check compares.
         data = data.to_dense()
+    _refuse_complex(data)
+    if data.numel() > limit:
+        return TensorValue(tuple(data.shape), _dtype_name(data), None, _summary(data))
+    return TensorValue(tuple(data.shape), _dtype_name(data), data.tolist())
+
+
+def _dtype_name(tensor: torch.Tensor) -> str:
+    return str(tensor.dtype).removeprefix("torch.")
+
+
+def _refuse_complex(data: torch.Tensor) -> None:
     if data.is_complex():
         # The model's output too: the root's forward hook records it before the loss is taken.
         raise ComplexValueError(
@@ -71,15 +89,56 @@ def _recorded(tensor: torch.Tensor, limit: int) -> TensorValue:
             "gradexplain labels real-valued gradients only (torch's gradient of a complex "
             "tensor is a conjugate Wirtinger derivative, which no label here says): keep "
             "complex arithmetic out of the model explained, or explain a real-valued part of it")
-    shape = tuple(data.shape)
-    dtype = str(data.dtype).removeprefix("torch.")
-    if data.numel() > limit:
-        as_float = data.double()
-        least, greatest = _least_greatest(data, as_float)
-        summary = Summary(least, greatest, as_float.mean().item(),
-                          torch.linalg.vector_norm(as_float).item())
-        return TensorValue(shape, dtype, None, summary)
-    return TensorValue(shape, dtype, data.tolist())
+
+
+def _summary(data: torch.Tensor) -> Summary:
+    """The least, greatest, mean and norm of a tensor's values, in float64."""
+    _refuse_complex(data)
+    as_float = data.double()
+    least, greatest = _least_greatest(data, as_float)
+    return Summary(least, greatest, as_float.mean().item(),
+                   torch.linalg.vector_norm(as_float).item())
+
+
+class _Summarised:
+    """The summary of a tensor's values read in the order they lie in memory, and the record
+    made of it for each layout it is handed out for (one record object per layout: a check of
+    a record against an expected tensor is remembered by the record's id).
+
+    One summary serves a tensor and its transposes on the same memory: a Linear's weight
+    gradient comes to hooks as a transpose and then as `.grad`, and summarising it twice cost a
+    copy and a summary of each weight. Its mean and norm are computed on the values in memory
+    order, which is how torch reduces a transposed tensor too (a reduction's dimensions are
+    ordered by their strides): the same numbers as in the tensor's own layout, bit for bit on
+    torch 2.13. So are its least and greatest, unless a zero or a nan comes out: which one then
+    depends on the order they are read in, and the summary is computed again in the layout
+    (as `_least_greatest` does)."""
+
+    __slots__ = ("in_order", "other_layouts", "summary")
+
+    def __init__(self, ordered: torch.Tensor) -> None:
+        self.summary = _summary(ordered.detach())
+        # The record of a tensor in memory order itself (every such tensor handed this
+        # summary has the one layout its memory order has), and of each other layout.
+        self.in_order: TensorValue | None = None
+        self.other_layouts: dict[tuple[torch.Size, tuple[int, ...]], TensorValue] = {}
+
+    def record(self, tensor: torch.Tensor, ordered: torch.Tensor) -> TensorValue:
+        """The record of `tensor`, whose values in memory order are `ordered`."""
+        if tensor is ordered:
+            if self.in_order is None:
+                self.in_order = TensorValue(tuple(tensor.shape), _dtype_name(tensor), None,
+                                            self.summary)
+            return self.in_order
+        layout = (tensor.shape, tensor.stride())
+        found = self.other_layouts.get(layout)
+        if found is None:
+            summary = self.summary
+            if not _unambiguous(summary.min, summary.max):
+                summary = _summary(tensor.detach())
+            found = self.other_layouts[layout] = TensorValue(
+                tuple(tensor.shape), _dtype_name(tensor), None, summary)
+        return found
 
 
 # The float dtypes narrower than float64, each of whose values converts to float64 exactly.
@@ -122,8 +181,11 @@ def _in_memory_order(values: torch.Tensor) -> torch.Tensor:
     makes it contiguous (a transpose); else the tensor itself."""
     if values.is_contiguous():
         return values
-    strides = values.stride()
-    flat = values.permute(sorted(range(values.dim()), key=lambda dim: -strides[dim]))
+    if values.dim() == 2:
+        flat = values.t()  # the same view as the permutation below: faster, and most common
+    else:
+        strides = values.stride()
+        flat = values.permute(sorted(range(values.dim()), key=lambda dim: -strides[dim]))
     return flat if flat.is_contiguous() else values
 
 

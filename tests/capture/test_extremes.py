@@ -12,6 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gradexplain.capture.values import extremes, tensor_value, value_limit
+from gradexplain.records.trace import TensorValue
+from tests.helpers.summaries import assert_summary_is_torchs
 
 
 @settings(max_examples=200, deadline=None)
@@ -43,23 +45,9 @@ def test_extremes_keep_the_zero_torch_gives_in_the_layout(seed: int) -> None:
         assert mine.view(torch.int64).item() == torchs.view(torch.int64).item()
 
 
-def float64_summary(tensor: torch.Tensor) -> list[int]:
-    """A summary as torch computes it on the tensor's float64 copy, in the tensor's layout:
-    least, greatest, mean and norm, each as the bits of its float64."""
-    copy = tensor.double()
-    low, high = torch.aminmax(copy)
-    numbers = torch.stack([low, high, copy.mean(), torch.linalg.vector_norm(copy)])
-    return numbers.view(torch.int64).tolist()
-
-
-def summary_bits(tensor: torch.Tensor) -> list[int]:
+def summary_of(tensor: torch.Tensor) -> TensorValue | None:
     with value_limit(4):
-        value = tensor_value(tensor)
-    assert value is not None and value.summary is not None
-    summary = value.summary
-    numbers = torch.tensor([summary.min, summary.max, summary.mean, summary.norm],
-                           dtype=torch.float64)
-    return numbers.view(torch.int64).tolist()
+        return tensor_value(tensor)
 
 
 @settings(max_examples=150, deadline=None)
@@ -72,8 +60,8 @@ def test_a_narrower_floats_summary_is_its_float64_copys(numbers: list[float],
                                                          dtype: torch.dtype,
                                                          order: list[int]) -> None:
     """A float32, float16 or bfloat16 tensor's summary (its extremes read from the tensor
-    itself, not its float64 copy) is bit for bit what torch computes on the float64 copy in
-    the tensor's layout, zeros of either sign and nans included."""
+    itself, not its float64 copy) is what torch computes on the float64 copy in the tensor's
+    layout: the extremes bit for bit, zeros of either sign and nans included."""
     values = torch.tensor(numbers, dtype=dtype).reshape(2, 3, 4).permute(order)
     for layout in (values, values.contiguous(), values.transpose(0, 2)):
-        assert summary_bits(layout) == float64_summary(layout)
+        assert_summary_is_torchs(summary_of(layout), layout)

@@ -17,6 +17,7 @@ from gradexplain.capture.checks import check
 from gradexplain.capture.remembered import forgetting, keep, remembered, remembering
 from gradexplain.capture.values import tensor_value, value_limit
 from gradexplain.records.trace import Summary, TensorValue
+from tests.helpers.summaries import assert_summary_is_torchs
 
 Change = Callable[[torch.Tensor], None]
 
@@ -118,6 +119,65 @@ def test_a_tensor_changed_after_its_first_record_is_recorded_anew(
     if limit is not None:
         assert second is not None and second.summary is not None
         assert second.summary.max == pytest.approx(12.0)
+
+
+@pytest.mark.parametrize("shape", [(6, 5), (300, 200), (5, 5)], ids=["oblong", "large", "square"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_a_tensor_and_its_transpose_on_the_same_memory_share_one_summary(
+        shape: tuple[int, int], dtype: torch.dtype) -> None:
+    """A Linear's weight gradient is handed to hooks as the transpose of its `.grad`, on the
+    same memory: one summary serves both. Each record has its own shape, is the same object
+    each time (a check against it is remembered by its id), and is what torch computes in
+    its own layout."""
+    grad = torch.randn(*shape, dtype=dtype, generator=torch.Generator().manual_seed(3))
+    transposed = grad.t()
+    with value_limit(4), remembering():
+        first, second = tensor_value(transposed), tensor_value(grad)
+        assert first is not None and second is not None
+        assert first.summary is second.summary
+        assert tensor_value(transposed) is first and tensor_value(grad) is second
+    assert first.shape == shape[::-1] and second.shape == shape
+    assert_summary_is_torchs(first, transposed)
+    assert_summary_is_torchs(second, grad)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=["small", "large"])
+@pytest.mark.parametrize("change", [_in_place, _through_data])
+def test_a_transpose_changed_after_the_summary_is_summarised_anew(
+        size: tuple[int, int], change: Change) -> None:
+    """The shared summary is handed out only for the same values: after a change to the
+    memory both layouts read (counted by torch or not), the transpose's is computed again."""
+    grad = _values(size)
+    with value_limit(4), remembering():
+        before = tensor_value(grad)
+        change(grad)
+        after = tensor_value(grad.t())
+    assert before is not None and after is not None and after.summary != before.summary
+    assert_summary_is_torchs(after, grad.t())
+
+
+def _zeros_of_both_signs(seed: int, dtype: torch.dtype) -> torch.Tensor:
+    """Positive values with a few zeros of either sign: which zero is the least depends on
+    the order the values are read in."""
+    generator = torch.Generator().manual_seed(seed)
+    values = torch.rand(64, 48, dtype=dtype, generator=generator) + 1.0
+    places = torch.randint(0, 48, (6, 2), generator=generator).tolist()
+    for number, (row, column) in enumerate(places):
+        values[row, column] = -0.0 if number % 2 else 0.0
+    return values
+
+
+@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_a_transposes_zero_is_the_one_torch_gives_in_its_own_layout(
+        seed: int, dtype: torch.dtype) -> None:
+    """Summarised first in memory order, then handed out for the transpose: where the least
+    is a zero, it is the zero torch gives reading the transpose in its layout."""
+    values = _zeros_of_both_signs(seed, dtype)
+    with value_limit(4), remembering():
+        in_order, transposed = tensor_value(values), tensor_value(values.t())
+    assert_summary_is_torchs(in_order, values)
+    assert_summary_is_torchs(transposed, values.t())
 
 
 @pytest.mark.parametrize("size", SIZES, ids=["small", "large"])

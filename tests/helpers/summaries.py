@@ -1,0 +1,36 @@
+"""A recorded summary against torch's own numbers for the same tensor (the oracle of the
+summary tests): the least and greatest bit for bit, as torch.aminmax gives them on the tensor's
+float64 copy in its own layout (the sign of a zero, the bits of a nan), and the mean and norm
+within a float64 rounding of torch's on that copy (gradexplain computes them on the values in
+memory order, which torch reduces in the same order on torch 2.13, but the order of a reduction
+is torch's to change)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from gradexplain.records.trace import TensorValue
+
+# A float64 sum over a few thousand values read in another order differs by far less.
+MEAN_NORM_RELATIVE = 1e-12
+
+
+def _bits(number: float) -> int:
+    return int(torch.tensor(number, dtype=torch.float64).view(torch.int64).item())
+
+
+def assert_summary_is_torchs(value: TensorValue | None, tensor: torch.Tensor) -> None:
+    assert value is not None and value.summary is not None
+    summary = value.summary
+    copy = tensor.double()
+    low, high = torch.aminmax(copy)
+    assert (_bits(summary.min), _bits(summary.max)) == (_bits(low.item()), _bits(high.item()))
+    for mine, torchs in ((summary.mean, copy.mean().item()),
+                         (summary.norm, torch.linalg.vector_norm(copy).item())):
+        if math.isnan(torchs):
+            assert math.isnan(mine)
+        else:
+            assert math.isclose(mine, torchs, rel_tol=MEAN_NORM_RELATIVE, abs_tol=0.0), (
+                mine, torchs)
