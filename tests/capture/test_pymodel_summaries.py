@@ -9,14 +9,18 @@ The command line runs in-process through `gradexplain.cli.main`, the real entry 
 
 from __future__ import annotations
 
+import copy
 import math
 
 import pytest
+import torch
+from torch import nn
 
 from gradexplain.api import explain
 from tests.helpers import pymodels
 from tests.helpers.pycli import CLI, PYMODELS, json_event, walk_json
 from tests.helpers.pyoracle import torch_inputs, torch_model
+from tests.helpers.summaries import assert_summary_is_torchs
 
 
 def test_thirty_blocks_walk_with_every_check_verified_and_summaries(cli: CLI) -> None:
@@ -74,3 +78,45 @@ def test_python_models_summarise_above_1000_values_by_default(cli: CLI) -> None:
     encoder0 = json_event(doc, "forward", "encoder.0")
     assert [("summary" in arg, arg["shape"]) for arg in encoder0["args"]] == [
         (True, [400, 3]), (True, [400, 4])]
+
+
+class _Oblong(nn.Module):
+    """Two Linears, the first not square: its weight gradient comes to the legacy hook as a
+    (5, 3) transpose and to `.grad` as (3, 5), on the same memory."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(5, 3)
+        self.out = nn.Linear(3, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        output: torch.Tensor = self.out(torch.tanh(self.fc(x)))
+        return output
+
+
+def test_a_weight_gradient_and_its_transpose_are_summarised_as_torch_computes_them() -> None:
+    """The legacy hook's grad_input[2] (the transposed weight gradient), the post-accumulate
+    hook's `.grad` and the weights' final `.grad`s, each recorded as a summary (more than 4
+    values), against plain torch."""
+    torch.manual_seed(0)
+    model, x = _Oblong(), torch.randn(4, 5)
+    plain = copy.deepcopy(model)
+    plain(x).sum().backward()
+    weight_grad = plain.fc.weight.grad
+    assert weight_grad is not None
+    result = explain(model, x, max_values=4)
+    assert result.failures() == []
+    legacy = result.walk.passes[0]
+    transposed = [arg.value for item in legacy.events if item.hook == "backward"
+                  and item.target == "fc" for arg in item.args if arg.name == "grad_input[2]"]
+    accumulated = [arg.value for item in legacy.events if item.hook == "post_accumulate_grad"
+                   and item.target == "fc.weight" for arg in item.args]
+    assert len(transposed) == 1 and len(accumulated) == 1
+    assert_summary_is_torchs(transposed[0], weight_grad.t())
+    assert_summary_is_torchs(accumulated[0], weight_grad)
+    for walk_pass in result.walk.passes:
+        finals = dict((grad.name, grad.value) for grad in walk_pass.grads)
+        for name in ("fc.weight", "out.weight"):
+            grad = plain.get_parameter(name).grad
+            assert grad is not None
+            assert_summary_is_torchs(finals[name], grad)

@@ -1,9 +1,9 @@
 """A recorded summary against torch's own numbers for the same tensor (the oracle of the
-summary tests): the least and greatest bit for bit, as torch.aminmax gives them on the tensor's
-float64 copy in its own layout (the sign of a zero, the bits of a nan), and the mean and norm
-within a float64 rounding of torch's on that copy (gradexplain computes them on the values in
-memory order, which torch reduces in the same order on torch 2.13, but the order of a reduction
-is torch's to change)."""
+summary tests): the tensor's shape; the least and greatest bit for bit, as torch.aminmax gives
+them on the tensor's float64 copy in its own layout (the sign of a zero, the bits of a nan); and
+the mean and norm within a float64 rounding of torch's on that copy (gradexplain computes them on
+the values in memory order, which torch reduces in the same order on torch 2.13, but the order
+of a reduction is torch's to change)."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ def _bits(number: float) -> int:
 
 def assert_summary_is_torchs(value: TensorValue | None, tensor: torch.Tensor) -> None:
     assert value is not None and value.summary is not None
+    assert tuple(value.shape) == tuple(tensor.shape)
     summary = value.summary
     copy = tensor.double()
     low, high = torch.aminmax(copy)
