@@ -16,6 +16,7 @@ from gradexplain.capture import remembered as remembered_module
 from gradexplain.capture.checks import check
 from gradexplain.capture.remembered import forgetting, keep, remembered, remembering
 from gradexplain.capture.values import tensor_value, value_limit
+from gradexplain.errors import ComplexValueError
 from gradexplain.records.trace import Summary, TensorValue
 from tests.helpers.summaries import assert_summary_is_torchs
 
@@ -178,6 +179,19 @@ def test_a_transposes_zero_is_the_one_torch_gives_in_its_own_layout(
         in_order, transposed = tensor_value(values), tensor_value(values.t())
     assert_summary_is_torchs(in_order, values)
     assert_summary_is_torchs(transposed, values.t())
+
+
+@pytest.mark.parametrize("limit", [None, 4])  # values, and summaries
+@pytest.mark.parametrize("layout", ["contiguous", "transposed"])
+def test_a_complex_tensor_is_refused_recorded_in_full_or_summarised(
+        limit: int | None, layout: str) -> None:
+    """gradexplain labels real-valued gradients only: a complex tensor is refused with its
+    own error whether its record would be its values or a summary, in any layout."""
+    tensor = torch.randn(6, 5, dtype=torch.complex64)
+    tensor = tensor.t() if layout == "transposed" else tensor
+    for memo in (remembering, forgetting):
+        with value_limit(limit), memo(), pytest.raises(ComplexValueError, match="complex"):
+            tensor_value(tensor)
 
 
 @pytest.mark.parametrize("size", SIZES, ids=["small", "large"])
