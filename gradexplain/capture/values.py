@@ -71,9 +71,9 @@ def _recorded(tensor: torch.Tensor, limit: int) -> TensorValue:
         # A sparse gradient (Embedding(sparse=True)) has no storage to read: its values are
         # those of the dense tensor it stands for, which is what every check compares.
         data = data.to_dense()
-    _refuse_complex(data)
     if data.numel() > limit:
         return TensorValue(tuple(data.shape), _dtype_name(data), None, _summary(data))
+    _refuse_complex(data)
     return TensorValue(tuple(data.shape), _dtype_name(data), data.tolist())
 
 

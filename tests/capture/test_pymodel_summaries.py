@@ -13,8 +13,6 @@ import copy
 import math
 
 import pytest
-import torch
-from torch import nn
 
 from gradexplain.api import explain
 from tests.helpers import pymodels
@@ -80,43 +78,31 @@ def test_python_models_summarise_above_1000_values_by_default(cli: CLI) -> None:
         (True, [400, 3]), (True, [400, 4])]
 
 
-class _Oblong(nn.Module):
-    """Two Linears, the first not square: its weight gradient comes to the legacy hook as a
-    (5, 3) transpose and to `.grad` as (3, 5), on the same memory."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.fc = nn.Linear(5, 3)
-        self.out = nn.Linear(3, 3)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        output: torch.Tensor = self.out(torch.tanh(self.fc(x)))
-        return output
-
-
 def test_a_weight_gradient_and_its_transpose_are_summarised_as_torch_computes_them() -> None:
-    """The legacy hook's grad_input[2] (the transposed weight gradient), the post-accumulate
-    hook's `.grad` and the weights' final `.grad`s, each recorded as a summary (more than 4
-    values), against plain torch."""
-    torch.manual_seed(0)
-    model, x = _Oblong(), torch.randn(4, 5)
+    """The MLP's first Linear (3 to 4): its weight gradient comes to the legacy hook as a (3, 4)
+    transpose (grad_input[2]) and to `.grad` as (4, 3), on the same memory. That argument, the
+    post-accumulate hook's `.grad` and every weight's final `.grad`, each recorded as a summary
+    (more than 4 values), against plain torch."""
+    model = torch_model(pymodels.make_mlp)
+    x = torch_inputs(pymodels.MLP_INPUT)[0]
     plain = copy.deepcopy(model)
     plain(x).sum().backward()
-    weight_grad = plain.fc.weight.grad
+    weight_grad = plain.get_parameter("encoder.0.weight").grad
     assert weight_grad is not None
     result = explain(model, x, max_values=4)
     assert result.failures() == []
     legacy = result.walk.passes[0]
     transposed = [arg.value for item in legacy.events if item.hook == "backward"
-                  and item.target == "fc" for arg in item.args if arg.name == "grad_input[2]"]
+                  and item.target == "encoder.0" for arg in item.args
+                  if arg.name == "grad_input[2]"]
     accumulated = [arg.value for item in legacy.events if item.hook == "post_accumulate_grad"
-                   and item.target == "fc.weight" for arg in item.args]
+                   and item.target == "encoder.0.weight" for arg in item.args]
     assert len(transposed) == 1 and len(accumulated) == 1
     assert_summary_is_torchs(transposed[0], weight_grad.t())
     assert_summary_is_torchs(accumulated[0], weight_grad)
     for walk_pass in result.walk.passes:
         finals = dict((grad.name, grad.value) for grad in walk_pass.grads)
-        for name in ("fc.weight", "out.weight"):
+        for name in ("encoder.0.weight", "encoder.2.weight", "head.weight"):
             grad = plain.get_parameter(name).grad
             assert grad is not None
             assert_summary_is_torchs(finals[name], grad)
