@@ -21,6 +21,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 import torch
@@ -122,6 +123,7 @@ class _Recorder:
         self.auto_names = built.spec.python is not None
         self.hooks = hooks  # every hook of the pass is entered here, so all are removed
         self.user_hooks: list[UserHook] = []  # the user's own, found on the build
+        self.held: list[torch.Tensor] = []  # the tensors the model hooked as it ran
         self.refusals: tuple[Refusal, ...] = ()
 
     # Set once the pass is over (`release`): every hook of this recorder then does nothing.
@@ -234,6 +236,18 @@ class _Recorder:
         name = None if node is None else node.name()
         self.events.append(Event(len(self.events), self.phase, self.run, hook, target, name,
                                  tuple(args), self.node_ids.get(node)))
+
+    def tensor_name(self, tensor: torch.Tensor) -> str | None:
+        """The name a tensor has in this pass so far (None: not named yet, or unknown)."""
+        known = self.tensor_index.get(_key(tensor))
+        return None if known is None or not self.tensor_names[known] else self.canonical(known)
+
+    def hold(self, tensor: torch.Tensor) -> Callable[[], torch.Tensor | None]:
+        self.held.append(tensor)
+        return partial(self._held, len(self.held) - 1)
+
+    def _held(self, index: int) -> torch.Tensor | None:
+        return None if self.released else self.held[index]
 
     def user_args(self, prefix: str, values: Any) -> list[Arg]:
         """A user hook's arguments as recorded: `prefix[i]` for a tuple, `prefix` alone else

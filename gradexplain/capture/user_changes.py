@@ -9,7 +9,8 @@ is never shown as a derivative it is not, nor as a failure of the labelling.
 A value is changed when it was recorded after the user's hook replaced something (a later event
 of the same call) and it lies at or below the replaced place in the graph:
 
-- a tensor hook replaces its tensor's whole gradient: that node and every node below it;
+- a tensor hook replaces its tensor's whole gradient: that node and every node below it (a
+  tensor the pass never named: the node that made it);
 - a legacy module hook replaces the `grad_input` of the node it sits on: that node's edges, and
   every node below them;
 - a full backward hook (or full pre-hook) replaces what its identity wrapper passes on: the
@@ -63,7 +64,12 @@ class Changes:
             leaves.add(event.target)
         elif event.hook == "tensor":
             record = self.trace.named(event.target)
-            position = self.view.resolve(self.view.raw_position(record.index if record else None))
+            raw = self.view.raw_position(record.index if record else None)
+            if raw is None and node is not None and node in self.view.nodes:
+                # A tensor the pass never named (the model hooked it as it ran): the node
+                # that made it, whose every output's gradient is then taken as changed.
+                raw = (node, 0)
+            position = self.view.resolve(raw)
             if position is not None:
                 starts.add(position[0])
         elif node is not None and node in self.view.nodes:
@@ -76,8 +82,10 @@ class Changes:
         reached: set[str] = set()
         for start in starts:
             reached |= self.view.reachable((start, 0))
-        wrapper = node if node is not None and node in self.view.nodes and \
-            self.view.is_identity(node) else None
+        # A full hook replaces what leaves its wrapper; a tensor hook on a wrapper's output
+        # (a module's argument, hooked in its forward) what arrives at it.
+        wrapper = node if event.hook != "tensor" and node is not None \
+            and node in self.view.nodes and self.view.is_identity(node) else None
         return Change(event.seq, event.run, event.user, frozenset(reached), frozenset(edges),
                       frozenset(leaves), wrapper)
 

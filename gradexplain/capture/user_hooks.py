@@ -18,13 +18,20 @@ one pass:
   the model computes;
 - suspends global module hooks (`torch.nn.modules.module.register_module_*`) whatever the
   purpose: they would hook every module of every build, and a global backward hook of one kind
-  makes torch refuse the other kind on every module.
+  makes torch refuse the other kind on every module;
+- catches the tensor hooks and post-accumulate-grad hooks the model registers while the pass
+  runs (a forward that calls `h.register_hook(lambda g: -g)`, a gradient reversal): no build
+  carries them, each forward registers them anew. In a pass they are recorded as the ones found
+  on the build are; in the check run they are not registered, or the check would compute the
+  hooked gradients and confirm them as true derivatives.
 
 Everything is put back on exit, dict for dict and flag for flag (the global ones too).
 """
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, Literal, Protocol
@@ -32,6 +39,7 @@ from typing import Any, Literal, Protocol
 import torch
 from torch import nn
 from torch.nn.modules import module as torch_module
+from torch.utils.hooks import RemovableHandle
 
 from gradexplain.records.paths import module_title
 from gradexplain.records.trace import Arg, HookKind, UserHook
@@ -49,6 +57,14 @@ class UserCalls(Protocol):
     def user_call(self, hook: HookKind, target: str, function: str, received: list[Arg],
                   returned: list[Arg] | None, changed: bool, tensor: torch.Tensor | None) -> None:
         """Record one call; `tensor` is the tensor a tensor hook is on."""
+
+    def tensor_name(self, tensor: torch.Tensor) -> str | None:
+        """The walk's name for a tensor, if the pass has named it yet."""
+
+    def hold(self, tensor: torch.Tensor) -> Callable[[], torch.Tensor | None]:
+        """The tensor, held by the recorder for its pass (None once the pass is over): a
+        hook on a tensor the graph holds must not hold the tensor itself (a cycle through
+        torch's nodes, which Python's collector cannot see)."""
 
 
 # Makes the wrapper that stands in for the user's hook (key, hook) and records into `calls`.
@@ -97,7 +113,8 @@ def user_hooks(model: nn.Module, purpose: Purpose,
             _module_hooks(path, module, purpose, calls, saved, found)
         for name, parameter in model.named_parameters():
             _tensor_hooks(name, parameter, purpose, calls, saved, found)
-        yield found
+        with _registered_in_the_pass(purpose, calls, found):
+            yield found
     finally:
         saved.restore()
         _restore_globals(globals_before)
@@ -251,12 +268,15 @@ def _tensor_hooks(name: str, parameter: torch.Tensor, purpose: Purpose,
                 _suspend(table, kind, name, why, saved, found, "tensor")  # type: ignore[arg-type]
         return
     _wrap(hooks, "tensor", name, calls, saved, found,
-          lambda key, hook, into: _tensor(hook, name, parameter, into), "tensor")
+          lambda key, hook, into: _tensor(hook, name, lambda: parameter, into), "tensor")
     _wrap(posts, "post_accumulate_grad", name, calls, saved, found,
           lambda key, hook, into: _post_accumulate(hook, name, into), "tensor")
 
 
-def _tensor(hook: Hook, name: str, parameter: torch.Tensor, calls: UserCalls) -> Hook:
+def _tensor(hook: Hook, name: str, tensor: Callable[[], torch.Tensor | None],
+            calls: UserCalls) -> Hook:
+    """The recording stand-in for a tensor hook on `tensor()` (named `name` if the pass has
+    no name for it)."""
     def wrapper(grad: torch.Tensor) -> Any:
         received = calls.user_args("grad", grad)
         before = _snapshot(grad)
@@ -264,7 +284,7 @@ def _tensor(hook: Hook, name: str, parameter: torch.Tensor, calls: UserCalls) ->
         returned = None if result is None else calls.user_args("grad", result)
         changed = _differs(before, grad if result is None else result)
         calls.user_call("tensor", name, function_name(hook), received, returned, changed,
-                        parameter)
+                        tensor())
         return result
     return wrapper
 
@@ -284,6 +304,63 @@ def _post_accumulate(hook: Hook, name: str, calls: UserCalls) -> Hook:
                         changed, tensor)
         return result
     return wrapper
+
+
+# --- hooks the model registers as it runs -------------------------------------------------------
+
+# The tensor methods that register a hook, and the kind of hook each registers.
+_REGISTERING: tuple[tuple[str, HookKind], ...] = (
+    ("register_hook", "tensor"), ("register_post_accumulate_grad_hook", "post_accumulate_grad"))
+# What a tensor hook is on when the pass has no name for the tensor when it is registered.
+MADE_IN_THE_PASS = "a tensor made as the model ran"
+
+
+@contextmanager
+def _registered_in_the_pass(purpose: Purpose, calls: UserCalls | None,
+                            found: list[UserHook]) -> Iterator[None]:
+    """Within the block, a tensor hook or post-accumulate-grad hook the user's code registers
+    (in this thread: a hook of torch's own or gradexplain's is registered as it is) is wrapped
+    to record its calls, or in the check run (`purpose="replay"`) not registered at all: a
+    handle that removes nothing is handed back, as if it were."""
+    thread = threading.get_ident()
+    originals = {method: getattr(torch.Tensor, method) for method, _ in _REGISTERING}
+
+    def registering(method: str, kind: HookKind) -> Callable[[torch.Tensor, Hook], Any]:
+        original = originals[method]
+
+        def register(tensor: torch.Tensor, hook: Hook) -> Any:
+            if threading.get_ident() != thread or not _the_users(hook):
+                return original(tensor, hook)
+            known = calls.tensor_name(tensor) if calls is not None else None
+            target = known or MADE_IN_THE_PASS
+            ran = purpose != "replay"
+            entry = UserHook(kind, "tensor", target, function_name(hook), ran,
+                             None if ran else _refused_why(kind, target, purpose))
+            if entry not in found:
+                found.append(entry)
+            if not ran:
+                return RemovableHandle(OrderedDict())
+            if calls is not None:
+                hook = (_tensor(hook, target, calls.hold(tensor), calls) if kind == "tensor"
+                        else _post_accumulate(hook, target, calls))
+            return original(tensor, hook)
+        return register
+
+    for method, kind in _REGISTERING:
+        setattr(torch.Tensor, method, registering(method, kind))
+    try:
+        yield
+    finally:
+        for method, original in originals.items():
+            setattr(torch.Tensor, method, original)
+
+
+def _the_users(hook: Hook) -> bool:
+    """Whether a hook is the user's: not a function of torch's (FSDP2's, the multi-grad
+    hook's) or of gradexplain's own."""
+    module = getattr(getattr(hook, "__func__", hook), "__module__", None) or ""
+    return not any(module == package or module.startswith(f"{package}.")
+                   for package in ("torch", "gradexplain"))
 
 
 # --- values -------------------------------------------------------------------------------------
