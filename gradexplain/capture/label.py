@@ -17,6 +17,7 @@ The result is a claim (`Meaning`) and how to compute it independently (`Site`); 
 
 from __future__ import annotations
 
+import math
 import re
 from bisect import bisect_left
 from dataclasses import dataclass, replace
@@ -423,9 +424,19 @@ class _Labeller:
             kind = VIEWS.get(node.name)
             below = self.view.resolve(node.next[0] if node.next else None)
             if kind is not None and below is not None and direction != "up":
+                if kind == "expand" and direction == "down":
+                    # An expand under other views (`matmul` expands each operand to the batch
+                    # shape, then folds the batch into one dim): to the tensor's own size it is
+                    # no view at all; a broadcast under a reshape no one layout word says.
+                    if not self.unexpanded(below):
+                        break
+                    position = below
+                    continue
                 if kind == "expand":
                     expand = node.id
                     position = below
+                    break
+                if _mixed(kind, transposes, reshaped):
                     break
                 direction = "down"
                 transposes += kind == "transpose"
@@ -439,7 +450,8 @@ class _Labeller:
             if len(users) == 1 and direction != "down":
                 (user, _), = users
                 user_kind = VIEWS.get(self.view.name_of(user))
-                if user_kind in ("transpose", "reshape"):
+                if user_kind in ("transpose", "reshape") and not _mixed(
+                        user_kind, transposes, reshaped):
                     direction = "up"
                     transposes += user_kind == "transpose"
                     reshaped |= user_kind == "reshape"
@@ -452,6 +464,13 @@ class _Labeller:
             position, edges, transposes, reshaped = start, start_edges, 0, False
         label = self.meaning(run, position, edges, transposes, reshaped, expand)
         return replace(label, source=self.source(run, start, start_edges))
+
+    def unexpanded(self, position: Position) -> bool:
+        """Whether the named tensor at `position` has as many elements as the argument being
+        labelled, which views of it reach: an expand between them then broadcast nothing."""
+        names = self.view.names.get(position)
+        record = self.trace.named(names[0]) if names else None
+        return record is not None and math.prod(record.shape) == math.prod(self.arg_shape)
 
     def source(self, run: Run, position: Position, edges: frozenset[Edge] | None) -> Source:
         rank = self.view.rank
@@ -523,6 +542,13 @@ class _Labeller:
 
     def output_name(self, node: str) -> str:
         return self.view.tensor_name((node, 0))
+
+
+def _mixed(kind: str, transposes: int, reshaped: bool) -> bool:
+    """Whether one more view of `kind` would make a transpose and a reshape together: a value
+    no one layout word says (a transpose of a reshape is no reshape of the tensor), so the
+    labeller stops before it and the tensor is named by its own op."""
+    return (kind == "transpose" and reshaped) or (kind == "reshape" and transposes % 2 == 1)
 
 
 def _broadcast_dims(small: tuple[int, ...] | None, large: tuple[int, ...]) -> tuple[int, ...]:
