@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import ast
 import keyword
+import re
+import unicodedata
 from dataclasses import dataclass
 
 from gradexplain.errors import (
@@ -135,6 +137,8 @@ def parse_step(text: str, where: Location) -> Assignment:
         )
     if "\n" in text.strip():
         raise SpecSchemaError("a step is one line: `name = expression`", where)
+    for word in re.finditer(r"\w+", text):
+        _refuse_look_alike(word.group(), where.shifted(word.start()))
     try:
         module = ast.parse(text.strip(), mode="exec")
     except SyntaxError as exc:
@@ -163,6 +167,16 @@ def _leading(text: str) -> int:
     return len(text) - len(text.lstrip())
 
 
+def _refuse_look_alike(word: str, where: Location, what: str = "name") -> None:
+    """Python reads a name in its NFKC form (`ｘ` is `x`, `ﬁ` is `fi`): a step would silently
+    use another tensor than the one so written, so such a name is refused."""
+    plain = unicodedata.normalize("NFKC", word)
+    if plain != word:
+        raise SpecSchemaError(
+            f"{what} {quoted(word)} is read by Python as {quoted(plain)} (it normalises the "
+            f"letters of a name): write {quoted(plain)}, or a name of other letters", where)
+
+
 def check_identifier(name: str, where: Location, what: str = "name") -> None:
     """Names people define must be plain identifiers: no keywords, no leading underscore, and
     short enough to quote in a one-line message."""
@@ -177,6 +191,7 @@ def check_identifier(name: str, where: Location, what: str = "name") -> None:
             "keyword)",
             where,
         )
+    _refuse_look_alike(name, where, what)
     if name.startswith("_"):
         raise SpecSafetyError(
             f"{what} {name!r} starts with '_'; such names are reserved (dunders reach Python "

@@ -103,6 +103,13 @@ CASES = [
          "3:16", "forward[0]", ("'b' is used before step 2 defines it",)),
     Case("reserved_name", GOOD_HEAD + "layers:\n  sum: Sigmoid\nforward: ['y = sum(x)']\n"
          "backward: y\n", "4:sum", "layers.sum", ("'sum' is a function of the step language",)),
+    # Python reads a name in its NFKC form: `ｘ` would be the input `x`, silently
+    Case("look_alike_input",
+         GOOD_HEAD + "  \uff58: {value: 10.0, requires_grad: true}\n"
+         "forward: ['y = \uff58 * \uff58']\nbackward: y\n",
+         "3:\uff58", "inputs.\uff58", ("is read by Python as 'x'",)),
+    Case("look_alike_in_a_step", GOOD_HEAD + "forward: ['\ufb01 = x * 2']\nbackward: x\n",
+         "3:\ufb01", "forward[0]", ("is read by Python as 'fi'",)),
     Case("module_attribute_name",
          GOOD_HEAD + "modules:\n  m:\n    params: {forward: [1.0]}\n"
          "    forward: {args: [a], steps: ['b = a * 2']}\nforward: ['y = m(x)']\nbackward: y\n",
