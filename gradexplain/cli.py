@@ -180,11 +180,14 @@ def walk(
         _walk_distributed(spec, load, options, output_format.value, timeline, pretty)
         return
     check_run_output(save, "--save", spec, load, options)
+    from gradexplain.files import fixed_path
+
+    save_to = None if save is None else fixed_path(save)
     session = _session(spec, load, options)
-    if save is not None:
+    if save_to is not None:
         from gradexplain.records.session import save_session
 
-        save_session(session, save)
+        save_session(session, save_to)
     check_module(session, module)
     modes = pass_.modes
     kinds: list[HookKind] = [item.value for item in hook or []]
@@ -293,6 +296,9 @@ def report(
                                  ranks, wrap)
     check_run_output(output, "-o", spec, load, options,
                      "give a file name, or leave out -o to print the report to stdout")
+    from gradexplain.files import fixed_path
+
+    write_to = None if output is None else fixed_path(output)
     distributed = None
     failed = False
     if ranks is not None:
@@ -301,10 +307,10 @@ def report(
         failed = bool(ranks_walk.failures())
     session = _session(spec, load, replace(options, ranks=None, wrap=None))
     text = report_page(session, distributed)
-    if output is None:
+    if write_to is None:
         echo(text, nl=False)
     else:
-        write(output, text)
+        write(write_to, text)
         echo(f"wrote {output}", err=True, one_line=True)
     if failed:
         raise typer.Exit(1)

@@ -148,6 +148,13 @@ def check_output(path: Path, flag: str, inputs: Iterable[Path | None] = (),
                              "to another file")
 
 
+def fixed_path(path: Path) -> Path:
+    """`path` made absolute now, against the working directory it was given in: a model's code
+    runs before the output is written and may change the working directory (`os.chdir`), and a
+    relative path would then name another file, perhaps the model's own."""
+    return Path(os.path.abspath(path))
+
+
 def check_output_folder(folder: Path, flag: str) -> None:
     """A folder to write files into (`report --all -o FOLDER`): made if missing, and
     writable, before anything runs. UsageError naming `flag` if not."""

@@ -569,3 +569,48 @@ def test_a_parameter_whose_storage_the_model_freed_is_copied_afresh(tmp_path: Pa
     for walk_pass in document["passes"]:
         assert abs(walk_pass["grads"]["bias"] - 1.0) <= 1e-6
         assert walk_pass["grads"]["x"] == [2.0, 2.0, 2.0]
+
+
+CHANGES_FOLDER = '''
+import os
+
+import torch
+from torch import nn
+
+ELSEWHERE = os.environ["ELSEWHERE"]
+
+
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l = nn.Linear(3, 2)
+
+    def forward(self, x):
+        os.chdir(ELSEWHERE)  # as code that reads data next to its own file may do
+        return self.l(x)
+'''
+
+
+@pytest.mark.parametrize("command", ["report -o", "walk --save"])
+def test_a_forward_changing_folder_does_not_move_the_output(tmp_path: Path,
+                                                            command: str) -> None:
+    """A relative `-o`/`--save` is the file in the folder it was given in, though the model
+    changed the working directory before the output was written (before, the report replaced
+    the model's own source there)."""
+    models, elsewhere = tmp_path / "models", tmp_path / "elsewhere"
+    models.mkdir()
+    elsewhere.mkdir()
+    (models / "model.py").write_text(CHANGES_FOLDER, encoding="utf-8")
+    decoy = elsewhere / "out.txt"  # what a relative write after the chdir would replace
+    decoy.write_text("the user's own file\n", encoding="utf-8")
+    name, flag = command.split()
+    result = run_separately(name, "models/model.py:M", "--input", "4x3", flag, "out.txt",
+                            env={"ELSEWHERE": str(elsewhere)}, cwd=tmp_path)
+    assert result.code == 0, result.err
+    assert decoy.read_text(encoding="utf-8") == "the user's own file\n"
+    assert (models / "model.py").read_text(encoding="utf-8") == CHANGES_FOLDER
+    written = (tmp_path / "out.txt").read_text(encoding="utf-8")
+    if name == "walk":
+        assert json.loads(written)["session"]  # the saved session
+    else:
+        assert "M from models/model.py:M" in written

@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -48,12 +49,14 @@ def in_process(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPat
     return run
 
 
-def run_separately(*args: str, env: dict[str, str] | None = None) -> Result:
+def run_separately(*args: str, env: dict[str, str] | None = None,
+                   cwd: Path | None = None) -> Result:
     """`python -m gradexplain ARGS` in a process of its own, this tree first on the path: for
     what only a process shows (its exit code, its file descriptors, its signals, no
-    traceback)."""
+    traceback). It runs in `cwd` (None: the repository)."""
     done = subprocess.run(
-        [sys.executable, "-m", "gradexplain", *args], capture_output=True, text=True, cwd=REPO,
+        [sys.executable, "-m", "gradexplain", *args], capture_output=True, text=True,
+        cwd=cwd or REPO,
         env={**os.environ, "NO_COLOR": "1", "COLUMNS": "100", "PYTHONPATH": str(REPO),
              **(env or {})},
         timeout=300, check=False)
