@@ -606,7 +606,7 @@ def test_a_forward_changing_folder_does_not_move_the_output(tmp_path: Path,
     name, flag = command.split()
     result = run_separately(name, "models/model.py:M", "--input", "4x3", flag, "out.txt",
                             env={"ELSEWHERE": str(elsewhere)}, cwd=tmp_path)
-    assert result.code == 0, result.err
+    assert result.code == 0, result.stderr
     assert decoy.read_text(encoding="utf-8") == "the user's own file\n"
     assert (models / "model.py").read_text(encoding="utf-8") == CHANGES_FOLDER
     written = (tmp_path / "out.txt").read_text(encoding="utf-8")
