@@ -135,3 +135,36 @@ def test_the_leaves_gradients_are_torchs(walks: dict[str, Walk | AssertionError]
         for event in hooked:
             want = expected[event["target"]]
             assert want is not None and event["args"][0]["shape"] == list(want.shape)
+
+
+GRAD_OF_EMPTY_BATCH = """
+name: grad_of_empty_batch
+inputs:
+  x: {rand: [0, 2], requires_grad: true}
+layers:
+  fc: {Linear: {in_features: 2, out_features: 3}}
+forward: ["pred = fc(x)"]
+grad:
+  - {of: pred, wrt: x, grad_outputs: ones}
+"""
+
+
+def test_autograd_grad_over_an_empty_batch(tmp_path: Path) -> None:
+    """The vector-Jacobian lesson of a batch of no samples has no per-sample Jacobian to show
+    (it divided by the batch size before, an internal error)."""
+    path = tmp_path / "grad_of_empty_batch.yaml"
+    path.write_text(GRAD_OF_EMPTY_BATCH, encoding="utf-8")
+    walked = get(run_all([path]), str(path))
+    assert walked.code == 0, walked.stderr[-2000:]
+    assert contract_problems(walked.doc) == []
+    checks = [item["check"] for mode in MODES for event in walked.events(mode)
+              for item in event["args"] if item.get("check") is not None]
+    assert checks and all(check["verified"] for check in checks)
+    x = torch.rand(0, 2, requires_grad=True)
+    layer = nn.Linear(2, 3)
+    pred = layer(x)
+    (expected,) = torch.autograd.grad(pred, x, torch.ones_like(pred))
+    hooked = [event for mode in MODES for event in walked.events(mode, "tensor")
+              if event["target"] == "x"]
+    assert hooked and all(event["args"][0]["shape"] == list(expected.shape)
+                          for event in hooked)

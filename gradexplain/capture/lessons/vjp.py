@@ -295,6 +295,8 @@ def _per_sample(spec: ModelSpec, call: _Call, of: torch.Tensor, wrt_name: str,
     if not _is_batch(spec, of, wrt, wrt_name):
         return None, None, []
     batch, outputs = of.shape
+    if batch == 0:
+        return None, f"per-sample Jacobians are not computed: {call.of} has no samples", []
     features = wrt.shape[1]
     if outputs > COLUMNS_LIMIT:
         return None, (f"per-sample Jacobians are not computed: {call.of} has {outputs} outputs "
