@@ -351,6 +351,8 @@ class _Recorder:
 
     def forward_hook(self, path: str) -> Any:
         def hook(module: nn.Module, inputs: tuple[Any, ...], output: Any) -> None:
+            if self.mode == "legacy" and _endless_for_legacy_hooks(output):
+                self.refuse_endless(path, output)
             outputs = output if isinstance(output, tuple) else (output,)
             args = self.args("input", inputs)
             if isinstance(output, tuple):
@@ -370,6 +372,17 @@ class _Recorder:
                 _returned_argument(inputs, first),
             ))
         return self.live(hook)
+
+    def refuse_endless(self, path: str, output: Any) -> None:
+        python = self.spec.python
+        target = python.target if python is not None else self.spec.name
+        whose = f"the forward of {path}" if path else "its forward"
+        kind = type(output).__name__
+        raise ModelRunError(
+            f"{target}: {whose} returned {'an' if kind[:1] in 'aeiou' else 'a'} {kind} with "
+            "no tensor in it; gradexplain puts a legacy backward hook on every module, and "
+            "torch looks for a tensor in a module's result for it by taking item [0] until it "
+            "finds one, which on this never ends: return a tensor (or a tuple/dict of tensors)")
 
     def backward_hook(self, path: str, kind: HookKind) -> Any:
         """A legacy ("backward") or full ("full_backward") module hook: same signature."""
@@ -572,6 +585,28 @@ class _Recorder:
         return PassTrace(self.mode, tuple(self.events), tuple(tensors), graph,
                          tuple(self.calls), tuple(self.runs), grads, tuple(self.warnings),
                          tuple(self.user_hooks), self.refusals)
+
+
+def _endless_for_legacy_hooks(output: Any) -> bool:
+    """Whether torch's search for a tensor in a module's result, which it makes for legacy
+    backward hooks (`var = var[0]` until a tensor; a dict's first tensor value), never ends:
+    a str's item [0] is a str again. Where it ends, on a tensor or an error torch raises
+    (None, an int: said by `usercode.not_a_tensor_returned`), False. Followed as far as any
+    real result nests."""
+    item = output
+    for _ in range(_NESTING):
+        if isinstance(item, (torch.Tensor, dict)):
+            return False
+        if isinstance(item, str):
+            return True
+        try:
+            item = item[0]
+        except Exception:  # torch raises it too, and that is said where it does
+            return False
+    return True
+
+
+_NESTING = 64
 
 
 def _creation_order(nodes: Sequence[Node]) -> dict[Node, int]:

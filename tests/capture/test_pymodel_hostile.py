@@ -614,3 +614,43 @@ def test_a_forward_changing_folder_does_not_move_the_output(tmp_path: Path,
         assert json.loads(written)["session"]  # the saved session
     else:
         assert "M from models/model.py:M" in written
+
+
+RETURNS_TEXT = '''
+import torch
+from torch import nn
+
+
+class Text(nn.Module):
+    def forward(self, x):
+        return "s"
+
+
+class Outer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l = nn.Linear(3, 2)
+        self.c = Text()
+
+    def forward(self, x):
+        self.c(x)  # its result unused: only the legacy hook's search for a tensor meets it
+        return self.l(x)
+'''
+
+
+@pytest.mark.parametrize(("factory", "whose"), [("Text", "its forward"),
+                                                ("Outer", "the forward of c")])
+def test_a_module_returning_text_is_named_not_a_hang(tmp_path: Path, factory: str,
+                                                     whose: str) -> None:
+    """torch's legacy hooks look for a tensor in a module's result by taking item [0] until
+    one comes, which on a str never ends (before, the walk spun until killed)."""
+    path = tmp_path / "text_model.py"
+    path.write_text(RETURNS_TEXT, encoding="utf-8")
+    namespace: dict[str, Any] = {}
+    exec(compile(RETURNS_TEXT, str(path), "exec"), namespace)  # plain torch runs it
+    assert namespace[factory]()(torch.randn(4, 3)) is not None
+    result = run_separately("walk", f"{path}:{factory}", "--input", "4x3")
+    assert result.code == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:"), result.stderr
+    assert f"{whose} returned a str" in lines[0]
