@@ -40,6 +40,9 @@ _STANDARD = "tag:yaml.org,2002:"
 _TAG_WORDS = {f"{_STANDARD}int": "a whole number", f"{_STANDARD}float": "a number",
               f"{_STANDARD}bool": "true or false", f"{_STANDARD}null": "null",
               f"{_STANDARD}timestamp": "a date"}
+_NUMBER_TAGS = {f"{_STANDARD}int", f"{_STANDARD}float"}
+# A whole number YAML 1.1 reads as octal: a 0 followed by more digits (`010`, `-007`).
+_LEADING_ZERO = re.compile(r"[-+]?0[0-7_]+")
 _SCALAR_TAGS = {f"{_STANDARD}{name}" for name in ("str", "int", "float", "bool", "null")}
 # Dates stay the text they were written as: no spec value is a date, and the text reads better in
 # an error than a datetime would.
@@ -286,6 +289,8 @@ class _Walker:
         assert isinstance(node, yaml.ScalarNode)
         if node.tag in _TEXT_TAGS:
             return self._text(node.value, node, path)
+        if node.tag in _NUMBER_TAGS and not node.style:  # plain: None, or "" (libyaml)
+            self._refuse_old_number(node, path)
         try:
             value: object = self._constructor.construct_object(node)
         except (ValueError, KeyError, IndexError, OverflowError, yaml.YAMLError):
@@ -297,6 +302,23 @@ class _Walker:
                 self._here(node, path),
             ) from None
         return self._text(value, node, path) if isinstance(value, str) else value
+
+    def _refuse_old_number(self, node: yaml.ScalarNode, path: KeyPath) -> None:
+        """YAML 1.1 reads `010` as 8 (octal) and `1:20` as 80 (base 60): numbers nobody
+        writing a tensor means, read silently. Refused, saying what they would be."""
+        text = node.value
+        if ":" in text:
+            why = "YAML 1.1 reads a:b as a number in base 60"
+        elif _LEADING_ZERO.fullmatch(text):
+            why = "YAML 1.1 reads a whole number with a leading 0 as octal"
+        else:
+            return
+        read = self._constructor.construct_object(node)
+        if ":" not in text and read == int(text.replace("_", ""), 10):
+            return  # `007` is 7 either way
+        raise SpecSchemaError(
+            f"{text!r} would be read as {read!r} ({why}): write the number plainly, or quote "
+            "it if it is text", self._here(node, path))
 
     def _text(self, text: str, node: yaml.Node, path: KeyPath) -> str:
         """Text as read; an escape such as "\\ud800" can make half a character, which no output

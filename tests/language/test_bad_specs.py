@@ -104,6 +104,13 @@ CASES = [
     Case("reserved_name", GOOD_HEAD + "layers:\n  sum: Sigmoid\nforward: ['y = sum(x)']\n"
          "backward: y\n", "4:sum", "layers.sum", ("'sum' is a function of the step language",)),
     # Python reads a name in its NFKC form: `ｘ` would be the input `x`, silently
+    # YAML 1.1 reads `010` as 8 and `1:20` as 80, silently
+    Case("octal_number",
+         "inputs:\n  x: {value: [1.0, 010], requires_grad: true}\nforward: ['y = sum(x)']\n"
+         "backward: y\n", "2:010]", "inputs.x.value[1]", ("'010' would be read as 8",)),
+    Case("base_60_number",
+         "inputs:\n  x: {value: [1:20], requires_grad: true}\nforward: ['y = sum(x)']\n"
+         "backward: y\n", "2:1:20", "inputs.x.value[0]", ("'1:20' would be read as 80",)),
     Case("look_alike_input",
          GOOD_HEAD + "  \uff58: {value: 10.0, requires_grad: true}\n"
          "forward: ['y = \uff58 * \uff58']\nbackward: y\n",
