@@ -139,9 +139,16 @@ def _forward_failed(target: str, model: nn.Module, inputs: tuple[torch.Tensor, .
     returned = not_a_tensor_returned(error, model)
     if returned is not None:
         path, kind = returned
-        if not path:
+        if not path and kind == "None":
             return (f"{target}: its forward returned {kind}; gradexplain needs a tensor (or a "
                     "tuple/dict of tensors) to backpropagate from")
+        if not path:
+            # A dataclass or another object holding tensors: torch's legacy hooks, not
+            # gradexplain, cannot find them (they take item [0] until a tensor comes).
+            return (f"{target}: its forward returned {kind}, in which torch finds no tensor "
+                    "for the legacy backward hook gradexplain puts on every module (torch "
+                    "takes item [0] of a module's result until a tensor comes): return a "
+                    "tensor, or a tuple, list or dict of tensors")
         return (f"{target}: the forward of {path} returned {kind}; gradexplain puts a legacy "
                 "backward hook on every module, and torch needs a tensor (or a tuple/dict of "
                 "tensors) in a module's result for it")

@@ -488,3 +488,30 @@ def test_diff_and_report_take_loss_of_too(cli: CLI) -> None:
     report = cli("report", f"{THIS}:make_dict_out", "--input", "4x3", "--loss-of", "hidden")
     assert report.code == 0, report.stderr
     assert "loss = output['hidden'].sum()" in report.stdout
+
+
+class WholeResult(nn.Module):
+    """A dataclass as the whole output: torch's legacy hooks index it with [0] and raise."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(3, 2)
+
+    def forward(self, x: torch.Tensor) -> Result:
+        y = self.lin(x)
+        return Result(y, Pair(y.exp(), y.sin()))
+
+
+@pytest.mark.parametrize("output", [None, "score"])
+def test_a_dataclass_as_the_whole_output_is_refused_saying_why(output: str | None) -> None:
+    model = WholeResult()
+    out = model(torch.randn(2, 3))  # plain torch runs it; only a legacy hook cannot
+    assert isinstance(out, Result)
+    probe = WholeResult()
+    probe.register_backward_hook(lambda module, grad_in, grad_out: None)
+    with pytest.raises(TypeError):
+        probe(torch.randn(2, 3))
+    with pytest.raises(GradexplainError) as refused:
+        explain(model, (2, 3), output=output)
+    message = str(refused.value)
+    assert "returned a Result" in message and "legacy backward hook" in message
