@@ -71,7 +71,11 @@ LEAF_POST_LAST = (
     "AccumulateGrad's post-hook ends the leaf's turn, after post_accumulate_grad; no other "
     "node's hooks interrupt the turn"
 )
-FORWARD_ONLY = "forward hooks belong to the forward (run 0), never to a backward or grad call"
+RECOMPUTED = (
+    "a forward run inside the backward (torch.utils.checkpoint recomputing what it did not "
+    "save, as a node unpacks its saved tensors) fires its forward hooks within the turn of the "
+    "node that needed it"
+)
 GLOBAL_FIRST = (
     "global module hooks run before local ones of the same kind (not exercised here: "
     "gradexplain registers no global module hooks)"
@@ -90,9 +94,12 @@ RULES: tuple[str, ...] = (
     LEAF_PRE,
     POST_ACCUMULATE,
     LEAF_POST_LAST,
-    FORWARD_ONLY,
+    RECOMPUTED,
     GLOBAL_FIRST,
 )
+
+
+_FORWARD = ("forward_pre", "forward")
 
 
 @dataclass(frozen=True)
@@ -159,6 +166,10 @@ class _Timeline:
                     self.feeders.setdefault(child, []).append(node.id)
         self.is_grad_call = any(item.index == run and item.kind == "grad" for item in trace.runs)
         self.turns: list[str | None] = [self._turn_of(event) for event in events]
+        for position, event in enumerate(events):
+            if event.hook in _FORWARD and position and self.turns[position] is None:
+                # A forward run inside the backward runs in the turn of the node it interrupts.
+                self.turns[position] = self.turns[position - 1]
         self.members: dict[str, list[int]] = {}
         for position, turn in enumerate(self.turns):
             if turn is not None:
@@ -205,8 +216,8 @@ class _Timeline:
     def rule(self, position: int) -> tuple[str, bool]:
         event = self.events[position]
         turn = self.turns[position]
-        if event.hook in ("forward_pre", "forward"):
-            return FORWARD_ONLY, False
+        if event.hook in _FORWARD:
+            return RECOMPUTED, turn is not None
         leaf = self.is_leaf_turn(turn)
         check: Callable[[int], bool]
         if event.hook == "tensor" and leaf and self.is_grad_call:
@@ -274,9 +285,12 @@ class _Timeline:
     def _legacy(self, position: int) -> bool:
         """Right after the node ran: the step before is the node's pre-hook or another legacy
         hook on the node, of a module whose call returned earlier (it registered first)."""
-        if position == 0 or self.turns[position - 1] != self.turns[position]:
+        previous = position - 1
+        while previous >= 0 and self.events[previous].hook in _FORWARD:
+            previous -= 1  # a forward the node's unpacking ran (checkpoint) lies between
+        if previous < 0 or self.turns[previous] != self.turns[position]:
             return False
-        before = self.events[position - 1]
+        before = self.events[previous]
         if before.hook == "node_pre":
             return True
         if before.hook != "backward":

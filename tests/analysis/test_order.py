@@ -281,3 +281,46 @@ def test_markdown_is_well_formed_with_a_row_per_step(mode: Mode) -> None:
     for number, rule in enumerate(order.rules, start=1):
         assert f"- rule {number}: " in page
         assert rule.split(" ")[-1] in page
+
+
+class _Checkpointed(nn.Module):
+    """A Linear and a GELU under non-reentrant checkpoint, then a Linear."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Sequential(nn.Linear(4, 4), nn.GELU())
+        self.b = nn.Linear(4, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from torch.utils.checkpoint import checkpoint
+
+        inner: torch.Tensor = checkpoint(self.a, x, use_reentrant=False)
+        out: torch.Tensor = self.b(inner)
+        return out
+
+
+def test_a_checkpointed_forward_runs_inside_the_backward_and_every_step_holds() -> None:
+    """torch runs a checkpointed forward again when a node unpacks what it did not save: its
+    forward hooks fire inside the backward, within that node's turn (before, each was ✗)."""
+    from gradexplain.analysis.order import RECOMPUTED
+    from gradexplain.api import explain
+
+    torch.manual_seed(0)
+    model = _Checkpointed()
+    log: list[str] = []
+    x = torch.randn(2, 4, requires_grad=True)
+    out = model(x)
+    model.a.register_forward_pre_hook(lambda module, args: log.append("forward_pre"))
+    assert out.grad_fn is not None
+    out.sum().backward()
+    assert log == ["forward_pre"]  # the oracle: torch ran the forward again in the backward
+    explanation = explain(_Checkpointed(), x.detach().requires_grad_())
+    assert explanation.failures() == []
+    for trace in explanation.session.passes(("legacy", "full")):
+        order = firing_order(trace, 1)
+        assert order is not None
+        assert [step for step in order.steps if not step.holds] == [], trace.mode
+        recomputed = [step for step in order.steps if step.hook in ("forward_pre", "forward")]
+        assert recomputed and all(step.rule == RECOMPUTED for step in recomputed)
+        # each in a node's turn: the label names the node whose unpacking ran it
+        assert all(step.group != "unknown node" for step in recomputed)
