@@ -404,6 +404,13 @@ class _Recorder:
             return
         python = self.spec.python
         target = python.target if python is not None else self.spec.name
+        if self.phase == "forward":
+            raise ModelRunError(
+                f"{target}: the backward hook of {path or 'the model'} ran during the forward, "
+                f"on {running.name()}: the forward itself backpropagates (torch.autograd.grad "
+                "or .backward() inside forward, as a gradient penalty does), before the graph "
+                "gradexplain traces is made; gradexplain explains the backward of a finished "
+                "forward: take the gradient penalty out of the model explained")
         raise ModelRunError(
             f"{target}: the backward hook of {path or 'the model'} ran inside another "
             f"backward, on {running.name()}, a node made during the backward (torch.utils."

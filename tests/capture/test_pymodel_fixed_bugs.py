@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch import nn
 
 from gradexplain.api import Explanation, explain
+from gradexplain.errors import GradexplainError
 from tests.helpers import pymodels
 from tests.helpers.pycli import (
     CLI,
@@ -62,3 +64,29 @@ def test_explain_factory_matches_the_command_line(cli: CLI) -> None:
         result = explain(pymodels.make_mlp, pymodels.MLP_INPUT).json()
         assert torch.equal(rng, torch.get_rng_state()), "explain() moved the caller's RNG"
     assert without_spec(result) == without_spec(here)
+
+
+class _GradientPenalty(nn.Module):
+    """A forward that backpropagates itself: the gradient of its output w.r.t. its input,
+    squared, added to the output (a gradient penalty)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(4, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.a(x).tanh()
+        (slope,) = torch.autograd.grad(y.sum(), x, create_graph=True)
+        out: torch.Tensor = y.sum() + slope.pow(2).sum()
+        return out
+
+
+def test_a_forward_that_backpropagates_is_refused_saying_so() -> None:
+    """The hooks of a backward inside the forward fire before the traced graph is made: the
+    refusal says that, not a reentrant checkpoint's cause (which it said before)."""
+    x = torch.randn(2, 4, requires_grad=True)
+    _GradientPenalty()(x).backward()  # plain torch runs it
+    with pytest.raises(GradexplainError) as refused:
+        explain(_GradientPenalty(), x.detach().requires_grad_())
+    message = str(refused.value)
+    assert "during the forward" in message and "checkpoint" not in message
