@@ -11,7 +11,9 @@ shown escaped like the prints (a model's `\x1b[2J` must not clear the terminal),
 reaches file descriptor 1 itself (`os.write(1, ...)`, `sys.__stdout__`, a subprocess, C code),
 spooled to a temporary file while the user's code runs and shown after what Python printed.
 File descriptor 2 is left as it is: the progress bar and gradexplain's own warnings use it,
-so text written to it directly (not through `sys.stderr`) is not escaped.
+so text written to it directly (not through `sys.stderr`) is not escaped. Once the user's code
+is done, a thread it left running may still print: from then on `sys.stdout` and `sys.stderr`
+take text from gradexplain's own thread alone (`_OursAlone`).
 """
 
 from __future__ import annotations
@@ -21,9 +23,10 @@ import io
 import os
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager, redirect_stderr, redirect_stdout
-from typing import IO, TextIO
+from typing import IO, TextIO, cast
 
 PREFIX = "model output: "
 MAX_LINES = 40  # the lines shown; the rest are counted
@@ -116,6 +119,31 @@ def captured_output() -> Iterator[ModelOutput]:
             yield output
     finally:
         _outside.pop()
+        sys.stdout, sys.stderr = _ours_alone(sys.stdout), _ours_alone(sys.stderr)
+
+
+class _OursAlone:
+    """`sys.stdout` (or `sys.stderr`) once the user's code is done: what the thread that ran
+    the walk writes goes through; what a thread the user's code started writes (a logger still
+    printing) goes nowhere, or it would land inside the JSON or the page written next, raw."""
+
+    def __init__(self, stream: TextIO, thread: int) -> None:
+        self._stream = stream
+        self._thread = thread
+
+    def write(self, text: str) -> int:
+        if threading.get_ident() != self._thread:
+            return len(text)
+        return self._stream.write(text)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._stream, name)
+
+
+def _ours_alone(stream: TextIO) -> TextIO:
+    if isinstance(stream, _OursAlone):
+        return cast(TextIO, stream)
+    return cast(TextIO, _OursAlone(stream, threading.get_ident()))
 
 
 @contextmanager

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 
 import pytest
 
@@ -78,11 +79,18 @@ def test_the_descriptor_and_stderr_are_captured_then_put_back(
         assert our_stderr() is before  # gradexplain's own messages still reach stderr
         os.write(1, b"to the descriptor\n")
         sys.__stdout__.write("unflushed")  # type: ignore[union-attr]
-    assert sys.stderr is before
     os.write(1, b"after\n")
+    # stderr is put back for this thread; a thread the user's code left writing goes nowhere
+    sys.stderr.write("ours\n")
+    late = threading.Thread(target=lambda: sys.stderr.write("a thread's \x1b[2J\n"))
+    late.start()
+    late.join()
+    sys.stderr.flush()
     assert printed.lines() == [f"{PREFIX}printed", f"{PREFIX}to stderr \\x1b[2J",
                                f"{PREFIX}to the descriptor", f"{PREFIX}unflushed"]
-    assert capfd.readouterr().out == "after\n"
+    out, err = capfd.readouterr()
+    assert out == "after\n"
+    assert err == "ours\n"
 
 
 def test_the_descriptor_is_put_back_when_the_block_raises(

@@ -654,3 +654,43 @@ def test_a_module_returning_text_is_named_not_a_hang(tmp_path: Path, factory: st
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error:"), result.stderr
     assert f"{whose} returned a str" in lines[0]
+
+
+PRINTING_THREAD = '''
+import sys
+import threading
+import time
+
+import torch
+from torch import nn
+
+
+def chatter():
+    for number in range(2000):  # about ten seconds: past the walk and its output
+        print("model thread line", number)
+        sys.stdout.flush()
+        sys.stderr.write("\\x1b[2J thread's stderr\\n")
+        time.sleep(0.005)
+
+
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l = nn.Linear(3, 2)
+
+    def forward(self, x):
+        threading.Thread(target=chatter, daemon=True).start()
+        return self.l(x)
+'''
+
+
+def test_a_thread_the_model_left_printing_stays_out_of_the_json(tmp_path: Path) -> None:
+    """A logger thread the forward started keeps printing after the model's code is done:
+    stdout is still the JSON alone (before, its lines came first and the JSON did not parse),
+    and its stderr never reaches the terminal raw."""
+    path = tmp_path / "chatty.py"
+    path.write_text(PRINTING_THREAD, encoding="utf-8")
+    result = run_separately("walk", f"{path}:M", "--input", "4x3", "--format", "json")
+    assert result.code == 0, result.stderr[-2000:]
+    assert json.loads(result.stdout)["passes"]
+    assert "\x1b" not in result.stderr
