@@ -114,12 +114,14 @@ def captured_output() -> Iterator[ModelOutput]:
     however it ends."""
     output = ModelOutput()
     _outside.append(sys.stderr)
+    # In place before the user's code runs, so that they are what is put back, at once: a
+    # thread it started may print while the streams are being put back.
+    sys.stdout, sys.stderr = _ours_alone(sys.stdout), _ours_alone(sys.stderr)
     try:
         with _descriptor_captured(1, output), redirect_stdout(output), redirect_stderr(output):
             yield output
     finally:
         _outside.pop()
-        sys.stdout, sys.stderr = _ours_alone(sys.stdout), _ours_alone(sys.stderr)
 
 
 class _OursAlone:
