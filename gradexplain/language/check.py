@@ -72,7 +72,7 @@ def check_spec(spec: ModelSpec) -> ModelSpec:
     checker = _Checker(spec)
     checker.run()
     # After the names are known to resolve, so name errors are said first.
-    check_work(spec, checker.multiply_adds.forward)
+    check_work(spec, checker.multiply_adds.forward, checker.total_elements)
     return replace(spec, tensors=tuple(checker.tensors.values()))
 
 

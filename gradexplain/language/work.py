@@ -39,14 +39,22 @@ MAX_BACKWARD_WORK = 20_000
 # A ResNet-50 on a 224x224 image does 4.1e9; these specs are tiny models.
 MAX_MULTIPLY_ADDS = 10**10
 MAX_BACKWARD_MULTIPLY_ADDS = 5 * 10**10
+# The spec's tensor elements (all of them together, as MAX_TOTAL_ELEMENTS counts them) times the
+# backward runs: each run's gradients are recorded, summarised and checked anew, and kept until
+# the walk ends. `exp` of a 3162x3162 input (20,000,000 elements with its result) run back
+# through 10 times took 21 s and 1.6 GB; 100 times, over 5 minutes and 10 GB. The bound lets
+# through what the multiply-add bounds do (7,000,000 elements of Linear(1000, 1000) on 1,000
+# rows, gone back through 50 times), and that `exp` 20 times.
+MAX_BACKWARD_ELEMENTS = 4 * 10**8
 # Functions whose result is usually a view of their operand, so not added to the total (reshape
 # of a transposed tensor copies; the bound on every single tensor still applies to all of them).
 _VIEWS = frozenset({"reshape", "flatten", "transpose", "squeeze", "unsqueeze", "chunk", "detach"})
 
 
-def check_work(spec: ModelSpec, multiply_adds: int) -> int:
+def check_work(spec: ModelSpec, multiply_adds: int, elements: int) -> int:
     """Refuse a spec whose walk would run more steps or backward runs than the bounds above,
-    given the `multiply_adds` of its forward; return the number of steps its forward runs."""
+    given the `multiply_adds` of its forward and the `elements` of all its tensors; return the
+    number of steps its forward runs."""
     counter = _StepCounter()
     steps_run = 0
     for step in spec.root.steps:
@@ -70,6 +78,12 @@ def check_work(spec: ModelSpec, multiply_adds: int) -> int:
                 f"forward of {steps_run:,} steps, {runs * steps_run:,} steps' hooks in all; "
                 f"at most {MAX_BACKWARD_WORK:,} are allowed: run backward fewer times or "
                 "explain a smaller model", where)
+        if runs * elements > MAX_BACKWARD_ELEMENTS:
+            raise SpecLimitError(
+                f"with this {what} call the spec asks for {runs:,} backward runs over tensors "
+                f"of {elements:,} elements, {runs * elements:,} in all (each run's gradients "
+                f"are recorded and checked anew); at most {MAX_BACKWARD_ELEMENTS:,} are "
+                "allowed: run backward fewer times or make the tensors smaller", where)
         if runs * multiply_adds > MAX_BACKWARD_MULTIPLY_ADDS:
             raise SpecLimitError(
                 f"with this {what} call the spec asks for {runs:,} backward runs through a "

@@ -204,6 +204,25 @@ def test_backward_runs_times_forward_steps_are_bounded(write_spec: Write) -> Non
     assert "20,000" in message, message
 
 
+def elementwise(times: int) -> str:
+    """`exp` of a 3162x3162 input: 19,996,489 elements with its result, within every bound on
+    tensors, and no multiply-add at all."""
+    return ("inputs:\n  x: {randn: [3162, 3162], requires_grad: true}\n"
+            "forward: ['a = exp(x)', 'c = sum(a)']\n"
+            f"backward: {{of: c, times: {times}, retain_graph: true}}\n")
+
+
+def test_backward_runs_times_the_tensors_elements_are_bounded(write_spec: Write) -> None:
+    """Each backward run's gradients are recorded and checked anew (a hundred runs of this took
+    over 5 minutes and 10 GB): the runs times all the tensors' elements are bounded by 4 * 10**8;
+    20 runs are within it, 21 are not."""
+    elements = 3162 * 3162 * 2 + 1
+    assert 20 * elements <= 4 * 10**8 < 21 * elements
+    accepted(write_spec(elementwise(20)))
+    message = refused(write_spec(elementwise(21)))
+    assert f"{21 * elements:,} in all" in message and "21 backward runs" in message, message
+
+
 # --- tensors made inside a step ------------------------------------------------------------------
 
 def outer_product(size: int, terms: int = 1) -> str:
