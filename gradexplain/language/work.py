@@ -1,6 +1,6 @@
 """The total work a spec asks of a walk, bounded at validate time: steps run, backward runs, the
-tensors made inside steps (which no name declares), and the multiply-adds of its Linear, Conv2d
-and matrix products.
+tensors made inside steps (which no name declares), the multiply-adds of its Linear, Conv2d
+and matrix products, and the tensor elements every backward run records and checks again.
 
 A spec's size bounds (steps written, tensor elements) do not bound what it asks for: a module that
 calls its child twice, 12 levels deep, is a 1 KB spec whose forward runs 16,000 steps (131 s and
