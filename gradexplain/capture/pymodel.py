@@ -37,6 +37,7 @@ from gradexplain.capture.usercode import (
     message_of,
     safe_repr,
     user_frame,
+    with_article,
     with_place,
 )
 from gradexplain.errors import BadInput, Location, first_line
@@ -147,8 +148,8 @@ def as_module(found: Any, target: str, seed: int = 0) -> nn.Module:
     if isinstance(found, nn.Module):
         return found
     if (isinstance(found, type) and not issubclass(found, nn.Module)) or not callable(found):
-        raise ModelLoadError(f"{target}: {_a(type(found).__name__)}, not an nn.Module or a "
-                             "function returning one")
+        raise ModelLoadError(f"{target}: {with_article(type(found).__name__)}, not an "
+                             "nn.Module or a function returning one")
     try:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
@@ -163,13 +164,9 @@ def as_module(found: Any, target: str, seed: int = 0) -> nn.Module:
         raise ModelLoadError(with_place(f"{target}: calling it {described(error)}",
                                         error)) from error
     if not isinstance(made, nn.Module):
-        raise ModelLoadError(f"{target}: calling it returned {_a(type(made).__name__)}, not an "
-                             "nn.Module")
+        raise ModelLoadError(f"{target}: calling it returned "
+                             f"{with_article(type(made).__name__)}, not an nn.Module")
     return made
-
-
-def _a(noun: str) -> str:
-    return f"an {noun}" if noun[:1].lower() in "aeiou" else f"a {noun}"
 
 
 def _import_file(where: str) -> Any:

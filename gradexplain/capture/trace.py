@@ -30,7 +30,7 @@ from torch import nn
 from gradexplain.capture.buckets import bucket_recorder
 from gradexplain.capture.build import Built, make_tensor, observe
 from gradexplain.capture.user_hooks import user_hooks
-from gradexplain.capture.usercode import user_frame
+from gradexplain.capture.usercode import user_frame, with_article
 from gradexplain.capture.values import grad_outputs, still_stored, tensor_value
 from gradexplain.errors import ExpectationError, Location, ModelRunError
 from gradexplain.records.names import ACCUMULATE, IDENTITY_NODES, canonical_name, op_name
@@ -373,13 +373,15 @@ class _Recorder:
             ))
         return self.live(hook)
 
-    def refuse_endless(self, path: str, output: Any) -> None:
+    def target(self) -> str:
+        """The model as errors name it: a Python model's `FILE.py:NAME`, else the spec's name."""
         python = self.spec.python
-        target = python.target if python is not None else self.spec.name
+        return python.target if python is not None else self.spec.name
+
+    def refuse_endless(self, path: str, output: Any) -> None:
         whose = f"the forward of {path}" if path else "its forward"
-        kind = type(output).__name__
         raise ModelRunError(
-            f"{target}: {whose} returned {'an' if kind[:1] in 'aeiou' else 'a'} {kind} with "
+            f"{self.target()}: {whose} returned {with_article(type(output).__name__)} with "
             "no tensor in it; gradexplain puts a legacy backward hook on every module, and "
             "torch looks for a tensor in a module's result for it by taking item [0] until it "
             "finds one, which on this never ends: return a tensor (or a tuple/dict of tensors)")
@@ -402,8 +404,7 @@ class _Recorder:
         running = torch._C._current_autograd_node()
         if running is None or running in self.hooked:
             return
-        python = self.spec.python
-        target = python.target if python is not None else self.spec.name
+        target = self.target()
         if self.phase == "forward":
             raise ModelRunError(
                 f"{target}: the backward hook of {path or 'the model'} ran during the forward, "

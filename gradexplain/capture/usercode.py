@@ -146,13 +146,14 @@ def not_a_tensor_returned(error: BaseException,
                 (name for name, item in model.named_modules() if item is module),
                 type(module).__name__)
             result = local["result"]
-            kind = "None" if result is None else _a(type(result).__name__)
+            kind = "None" if result is None else with_article(type(result).__name__)
             return (path, kind)
         trace = trace.tb_next
     return None
 
 
-def _a(noun: str) -> str:
+def with_article(noun: str) -> str:
+    """`a str`, `an int`: a type's name as a message says it."""
     return f"an {noun}" if noun[:1].lower() in "aeiou" else f"a {noun}"
 
 
@@ -203,5 +204,6 @@ def blamed_on_user(target: str, stage: str = "loading of the model") -> Iterator
 
 
 __all__ = ["MESSAGE_LIMIT", "Stage", "blamed_on_user", "caught", "cut", "described", "message_of",
-           "not_a_tensor_returned", "raised_by_us", "safe_repr", "user_frame", "with_place"]
+           "not_a_tensor_returned", "raised_by_us", "safe_repr", "user_frame", "with_article",
+           "with_place"]
 
