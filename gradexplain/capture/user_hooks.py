@@ -195,8 +195,13 @@ def _of_the_wrapping(hook: Hook) -> bool:
     """A hook torch.distributed put on the model when a distributed walk wrapped it (FSDP2's
     forward hooks, which gather and free its parameters): not the user's, left to run as it is
     and not recorded as theirs."""
+    return _defined_in(hook, "torch.distributed")
+
+
+def _defined_in(hook: Hook, package: str) -> bool:
+    """Whether a hook's function (a bound method's function) is defined in `package`."""
     module = getattr(getattr(hook, "__func__", hook), "__module__", None) or ""
-    return module.startswith("torch.distributed.")
+    return module == package or module.startswith(f"{package}.")
 
 
 def _forward_pre(hook: Hook, path: str, with_kwargs: bool, calls: UserCalls) -> Hook:
@@ -312,7 +317,7 @@ def _post_accumulate(hook: Hook, name: str, calls: UserCalls) -> Hook:
 _REGISTERING: tuple[tuple[str, HookKind], ...] = (
     ("register_hook", "tensor"), ("register_post_accumulate_grad_hook", "post_accumulate_grad"))
 # What a tensor hook is on when the pass has no name for the tensor when it is registered.
-MADE_IN_THE_PASS = "a tensor made as the model ran"
+_MADE_IN_THE_PASS = "a tensor made as the model ran"
 
 
 @contextmanager
@@ -332,7 +337,7 @@ def _registered_in_the_pass(purpose: Purpose, calls: UserCalls | None,
             if threading.get_ident() != thread or not _the_users(hook):
                 return original(tensor, hook)
             known = calls.tensor_name(tensor) if calls is not None else None
-            target = known or MADE_IN_THE_PASS
+            target = known or _MADE_IN_THE_PASS
             ran = purpose != "replay"
             entry = UserHook(kind, "tensor", target, function_name(hook), ran,
                              None if ran else _refused_why(kind, target, purpose))
@@ -358,9 +363,7 @@ def _registered_in_the_pass(purpose: Purpose, calls: UserCalls | None,
 def _the_users(hook: Hook) -> bool:
     """Whether a hook is the user's: not a function of torch's (FSDP2's, the multi-grad
     hook's) or of gradexplain's own."""
-    module = getattr(getattr(hook, "__func__", hook), "__module__", None) or ""
-    return not any(module == package or module.startswith(f"{package}.")
-                   for package in ("torch", "gradexplain"))
+    return not _defined_in(hook, "torch") and not _defined_in(hook, "gradexplain")
 
 
 # --- values -------------------------------------------------------------------------------------
