@@ -179,10 +179,7 @@ def walk(
                            ("--all-blocks", all_blocks), ("--threads", _threaded(threads)))
         _walk_distributed(spec, load, options, output_format.value, timeline, pretty)
         return
-    check_run_output(save, "--save", spec, load, options)
-    from gradexplain.files import fixed_path
-
-    save_to = None if save is None else fixed_path(save)
+    save_to = check_run_output(save, "--save", spec, load, options)
     session = _session(spec, load, options)
     if save_to is not None:
         from gradexplain.records.session import save_session
@@ -294,11 +291,9 @@ def report(
         return
     options = option.run_options(input_shapes, inputs_file, loss, max_values, threads, loss_of,
                                  ranks, wrap)
-    check_run_output(output, "-o", spec, load, options,
-                     "give a file name, or leave out -o to print the report to stdout")
-    from gradexplain.files import fixed_path
-
-    write_to = None if output is None else fixed_path(output)
+    write_to = check_run_output(output, "-o", spec, load, options,
+                                "give a file name, or leave out -o to print the report to "
+                                "stdout")
     distributed = None
     failed = False
     if ranks is not None:

@@ -162,13 +162,18 @@ def check_inputs_file(path: Path | None) -> None:
 
 
 def check_run_output(output: Path | None, flag: str, spec: str | None, load: Path | None,
-                     options: RunOptions, instead: str = "give a file name to write") -> None:
+                     options: RunOptions, instead: str = "give a file name to write"
+                     ) -> Path | None:
     """Before the run: its output file (`-o`, `--save`; None: stdout) can be written and is
-    none of the run's inputs (`run_inputs`); `instead`: what to do about a pipe or device."""
-    if output is not None:
-        from gradexplain.files import check_output
+    none of the run's inputs (`run_inputs`); `instead`: what to do about a pipe or device.
+    The path to write it to, fixed to the working directory now (`files.fixed_path`: a
+    Python model may change it as it runs)."""
+    if output is None:
+        return None
+    from gradexplain.files import check_output, fixed_path
 
-        check_output(output, flag, run_inputs(spec, load, options), instead)
+    check_output(output, flag, run_inputs(spec, load, options), instead)
+    return fixed_path(output)
 
 
 def run_inputs(spec: str | None, load: Path | None, options: RunOptions) -> tuple[Path, ...]:
