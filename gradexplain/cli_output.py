@@ -1,14 +1,18 @@
 """How text leaves the program: stdout, stderr and the files written. Everything the CLI says
 passes through `echo`, `show` or `write`, so no control character of the user's reaches the
 terminal (`safe_text`), a full disk is one line (OutputError, exit 2), a reader that went away
-ends the output quietly, and a file is written whole or not at all (`files.write_atomic`).
+ends the output quietly, stdout gets every byte (`_write_whole`) and its escape for a character
+its encoding cannot hold, and a file is written whole or not at all (`files.write_atomic`).
 Part of the CLI edge (`cli.py` decides what to say; this module only says it).
 """
 
 from __future__ import annotations
 
+import codecs
+import errno
 import io
 import os
+import select
 import sys
 import warnings
 from collections.abc import Iterable, Iterator
@@ -40,19 +44,90 @@ def write(path: Path, text: str | Iterable[str]) -> None:
         raise UsageError(f"cannot write {path}: {reason}") from error
 
 
-def _emit(text: str, nl: bool = True) -> bool:
-    """Text on stdout; whether it was written. A reader that went away (`| head -1`) ends the
-    output quietly: stdout goes to /dev/null and the command finishes with its own exit code.
-    Any other failure (a full disk) is one line, exit 2. Either way nothing is left in
-    Python's buffer to fail again, noisily, at exit."""
+def _emit(text: str, nl: bool = True, unencodable: str = "backslashreplace") -> bool:
+    """Text on stdout, whole; whether it was written. A reader that went away (`| head -1`)
+    ends the output quietly: stdout goes to /dev/null and the command finishes with its own
+    exit code. Any other failure (a full disk) is one line, exit 2. Either way nothing is left
+    in Python's buffer to fail again, noisily, at exit. A character stdout's encoding cannot
+    hold (`∂` on a Latin-1 terminal) is written as its escape, by the codec error handler
+    `unencodable`."""
     try:
-        typer.echo(text, nl=nl)
+        _write_whole(text + "\n" if nl else text, unencodable)
     except OSError as error:
         failure = stdout_failure(error)
         if failure is not None:
             raise failure from error
         return False
     return True
+
+
+def _write_whole(text: str, unencodable: str) -> None:
+    """All of `text` on stdout, or an OSError. Written as bytes, and written again from where
+    a write stopped: over an unbuffered stdout (PYTHONUNBUFFERED=1, `python -u`) a text stream
+    drops what a partial write left over, and a write to a full pipe is partial when the
+    process is stopped and continued (Ctrl-Z then `fg`, a frozen container) while its reader
+    lags. A non-blocking stdout (the flag belongs to the pipe, shared with whoever else holds
+    it) is waited on until it takes more."""
+    stream = sys.stdout
+    binary = getattr(stream, "buffer", None)
+    if binary is None:  # a text stream alone (a StringIO): it takes the text whole
+        stream.write(text)
+        stream.flush()
+        return
+    stream.flush()  # what went out as text goes first
+    if os.linesep != "\n":
+        text = text.replace("\n", os.linesep)
+    data = memoryview(text.encode(_encoding(stream), unencodable))
+    while data:
+        try:
+            written = binary.write(data)
+        except BlockingIOError as full:
+            written = full.characters_written
+        if not written:  # None or 0: a non-blocking stdout that is full
+            _wait_writable(binary)
+        data = data[written or 0:]
+    while True:
+        try:
+            binary.flush()
+            return
+        except BlockingIOError:
+            _wait_writable(binary)
+
+
+def _encoding(stream: object) -> str:
+    encoding = getattr(stream, "encoding", None) or "utf-8"
+    # click's rule, which `typer.echo` followed here before: a stdout left at ASCII (a bare C
+    # locale) is misconfigured more often than it is an ASCII terminal, and is given UTF-8.
+    return "utf-8" if codecs.lookup(encoding).name == "ascii" else encoding
+
+
+def _wait_writable(binary: object) -> None:
+    """Until the non-blocking stdout `binary` can take more."""
+    fileno = getattr(binary, "fileno", None)
+    if fileno is None:
+        raise OSError(errno.EAGAIN, "stdout takes no more and cannot be waited on")
+    select.select([], [fileno()], [])
+
+
+def _json_escape(error: UnicodeError) -> tuple[str, int]:
+    """A codec error handler: each character the encoding cannot hold as JSON's escape
+    (`\\u2202`; a pair of surrogates past U+FFFF). JSON is ASCII outside its strings, so every
+    such character is in a string, where the escape means that character."""
+    if not isinstance(error, UnicodeEncodeError):
+        raise error
+    escapes = []
+    for character in error.object[error.start:error.end]:
+        code = ord(character)
+        if code > 0xFFFF:
+            code -= 0x10000
+            escapes.append(f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}")
+        else:
+            escapes.append(f"\\u{code:04x}")
+    return "".join(escapes), error.end
+
+
+JSON_ESCAPES = "gradexplain-json"
+codecs.register_error(JSON_ESCAPES, _json_escape)
 
 
 def stdout_failure(error: OSError) -> OutputError | None:
@@ -113,7 +188,7 @@ def _show_pieces(pieces: Iterator[str]) -> None:
     from gradexplain.render.json_stream import batched
 
     for text in batched(pieces):
-        if not _emit(safe_text(text), nl=False):
+        if not _emit(safe_text(text), nl=False, unencodable=JSON_ESCAPES):
             return
 
 
@@ -123,7 +198,12 @@ def _show_rich(renderable: RenderableType) -> None:
     from gradexplain.render.console import plain_text, safe_print
 
     if sys.stdout.isatty():
-        safe_print(Console(), renderable)
+        # Laid out and coloured for the terminal, then written as every output is (`_emit`):
+        # rich's own write would fail on a character the terminal's encoding cannot hold.
+        console = Console()
+        with console.capture() as captured:
+            safe_print(console, renderable)
+        _emit(captured.get(), nl=False)
         return
 
     # Piped or redirected: 100 columns, no colour, no trailing padding on any line.
