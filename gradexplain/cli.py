@@ -107,6 +107,16 @@ def validate(
         raise typer.Exit(code)
 
 
+def _not_python(path: Path) -> None:
+    """`validate` reads YAML: a Python model (FILE.py:NAME) is said to be one, not missing."""
+    from gradexplain.target import is_python_target
+
+    if is_python_target(str(path)) and not path.is_file():
+        raise UsageError(f"{path}: validate reads YAML specs without running anything, and a "
+                         f"Python model is checked by running it: gradexplain walk {path} "
+                         "--input SHAPE")
+
+
 def _validate_files(paths: list[Path]) -> int:
     """Print a summary line per good spec and an error line per bad one; the exit code."""
     from gradexplain.language import load_spec
@@ -115,6 +125,7 @@ def _validate_files(paths: list[Path]) -> int:
     failed = False
     for path in paths:
         try:
+            _not_python(path)
             spec = load_spec(path)
         except GradexplainError as error:
             _say(error)

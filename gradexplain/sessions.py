@@ -196,8 +196,14 @@ def is_python(spec: str) -> bool:
     """FILE.py:NAME or package.module:NAME; a bare FILE.py is a mistake worth naming."""
     from gradexplain.target import is_python_target
 
-    if spec.endswith(".py"):
-        raise UsageError(f"{spec} is Python: name the model in it, as {spec}:make_model (an "
+    where, colon, name = spec.rpartition(":")
+    if spec.endswith(".py") or (colon and where.endswith(".py") and not is_python_target(spec)
+                                and not Path(spec).is_file()):
+        file = spec if spec.endswith(".py") else where
+        what = (f"{spec} is Python" if file == spec else
+                f"{spec} names no model after the colon" if not name else
+                f"{spec}: {name!r} is not a Python name")
+        raise UsageError(f"{what}: name the model in it, as {file}:make_model (an "
                          "nn.Module, or a function with no arguments that returns one)")
     return is_python_target(spec) and not Path(spec).is_file()
 

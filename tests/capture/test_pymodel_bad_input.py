@@ -55,6 +55,12 @@ HALF = 3 * (MAX_INPUT_ELEMENTS // 6 + 1)
 BAD = [
     Bad("bare_file", ("walk", PYMODELS), ("is Python: name the model in it",
                                           f"{PYMODELS}:make_model")),
+    Bad("nothing_after_the_colon", ("walk", f"{PYMODELS}:", "--input", "4x3"),
+        ("names no model after the colon", f"{PYMODELS}:make_model")),
+    Bad("not_a_name_after_the_colon", ("walk", f"{PYMODELS}:1x", "--input", "4x3"),
+        ("'1x' is not a Python name", f"{PYMODELS}:make_model")),
+    Bad("validate_of_a_python_model", ("validate", f"{PYMODELS}:make_mlp"),
+        ("validate reads YAML specs", f"gradexplain walk {PYMODELS}:make_mlp --input")),
     Bad("missing_file", ("walk", "nowhere/models.py:make", "--input", "4x3"),
         ("nowhere/models.py: no such file",)),
     Bad("missing_attribute", ("walk", "{tmp}/few.py:make_modle", "--input", "4x3"),

@@ -150,6 +150,7 @@ def test_shell_completion_offers(words: str, offered: set[str], not_offered: set
     ["specs/two_modules.yaml"],
     ["specs/two_modules.yaml", "specs/does-not-exist.yaml", "specs/embedding.yaml"],
     ["README.md"],
+    ["tests/helpers/pymodels.py:make_mlp"],
 ])
 def test_quick_validate_matches_typer(files: list[str]) -> None:
     # `validate FILE...` is read without typer to start fast; after `--`, typer reads it.
