@@ -49,24 +49,35 @@ def tensor_parts(value: Any, path: OutputPath = ()) -> Iterator[tuple[OutputPath
 
 
 def select(output: Any, path: OutputPath, target: str) -> Any:
-    """The part of `output` at `path`. A namedtuple's fields answer to their index too."""
+    """The part of `output` at `path`. A namedtuple's fields answer to their index too, and a
+    dict's key with dots in it (`"a.b"`, which `path_text` shows as it is) to the parts it
+    was split into, when no key is the first part alone."""
     found = output
-    for depth, part in enumerate(path):
+    depth = 0
+    while depth < len(path):
+        part = path[depth]
         children = _children(found)
         if children is None:
             where = python_form(path[:depth])
             raise OutputPathError(_bad_path(
                 output, path, target, f"{where} is {_kind(found)}, it has no parts"))
         keys = dict(children)
+        dotted = next((end for end in range(len(path), depth + 1, -1)
+                       if ".".join(path[depth:end]) in keys), None)
         if part in keys:
             found = keys[part]
         elif isinstance(found, tuple) and part.isdigit() and int(part) < len(found):
             found = found[int(part)]  # a namedtuple's field by position
+        elif isinstance(found, Mapping) and dotted is not None:
+            found = keys[".".join(path[depth:dotted])]
+            depth = dotted
+            continue
         else:
             where = python_form(path[:depth])
             shown = ", ".join(name for name, _ in children[:12])
             raise OutputPathError(_bad_path(
                 output, path, target, f"{where} ({_kind(found)}) has no {part!r}, only {shown}"))
+        depth += 1
     return found
 
 

@@ -100,6 +100,19 @@ class DictOut(nn.Module):
         return {"logits": logits, "hidden": hidden, "argmax": logits.argmax(-1), "note": "hi"}
 
 
+class DottedKeys(nn.Module):
+    """Keys with dots in them, as a model naming its outputs after its modules would write."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = nn.Linear(3, 4)
+        self.head = nn.Linear(4, 2)
+
+    def forward(self, x: torch.Tensor) -> dict[str, Any]:
+        hidden = torch.tanh(self.body(x))
+        return {"head.logits": self.head(hidden), "nested": {"body.out": hidden}}
+
+
 class NestedOut(nn.Module):
     """((a, b), c): `0.1` is b."""
 
@@ -315,6 +328,8 @@ STRUCT_CASES = [
     ("namedtuple_by_name", StructOut, "1.parts.extra", lambda out: out[1].parts.extra),
     ("namedtuple_by_index", StructOut, "1.parts.0", lambda out: out[1].parts[0]),
     ("dataclass_whole", StructOut, "1", lambda out: (out[1].score, *out[1].parts)),
+    ("dotted_key", DottedKeys, "head.logits", lambda out: out["head.logits"]),
+    ("dotted_key_nested", DottedKeys, "nested.body.out", lambda out: out["nested"]["body.out"]),
 ]
 
 
