@@ -556,7 +556,7 @@ def _main() -> None:
         _say(error)
         sys.exit(error.exit_code)
     except KeyboardInterrupt:
-        typer.echo("interrupted", err=True)
+        echo("interrupted", err=True)
         sys.exit(130)
     except OSError as error:
         # typer's --help writes to stdout itself: a full disk there is one line, as ours is.

@@ -16,6 +16,7 @@ import select
 import sys
 import warnings
 from collections.abc import Iterable, Iterator
+from contextlib import suppress
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -215,8 +216,11 @@ def echo(text: str, *, nl: bool = True, err: bool = False, one_line: bool = Fals
     control character of the user's reaches the terminal (`safe_text`); a `one_line` message
     has its newlines escaped too. stdout goes through `_emit` (a closed pipe, a full disk)."""
     if err:
-        # gradexplain's stderr, also while the user's code has sys.stderr (a warning then)
-        typer.echo(safe_text(text, one_line=one_line), nl=nl, file=our_stderr())
+        # gradexplain's stderr, also while the user's code has sys.stderr (a warning then).
+        # A stderr that takes nothing (a model closed file descriptor 2) is not a failure of
+        # the command: what it had to say is lost, its exit code still says it.
+        with suppress(OSError, ValueError):
+            typer.echo(safe_text(text, one_line=one_line), nl=nl, file=our_stderr())
     else:
         _emit(safe_text(text, one_line=one_line), nl=nl)
 

@@ -1,7 +1,8 @@
 """The output arrives whole through a real pipe whatever happens to the pipe on the way: a
 reader that lags while the process is stopped and continued (Ctrl-Z then `fg`), a pipe that is
 non-blocking, a stdout unbuffered (PYTHONUNBUFFERED=1) or not, a terminal encoding that cannot
-hold `∂`. The oracle is the same command's output through a plain pipe."""
+hold `∂`. The oracle is the same command's output through a plain pipe. And a stderr the
+model closed takes the error line's loss, not the exit code's."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import subprocess
 import sys
 import termios
 import time
+from pathlib import Path
 
 import pytest
 
@@ -129,3 +131,37 @@ def test_a_terminal_that_cannot_hold_the_symbols_gets_the_text(encoding: str) ->
     assert process.wait(timeout=100) == 0, shown.decode("latin-1")
     assert "checks verified" in shown.decode("latin-1")
     assert "internal error" not in shown.decode("latin-1")
+
+
+CLOSES_STDERR = """
+import os
+import torch
+
+
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(3, 2)
+
+    def forward(self, x):
+        try:  # each run of the forward: closed by the first
+            os.close(2)
+        except OSError:
+            pass
+        if RAISES:
+            raise ValueError("refused")
+        return self.linear(x)
+"""
+
+
+@pytest.mark.parametrize(("raises", "code"), [(True, 2), (False, 0)])
+def test_a_model_that_closes_stderr_still_gets_its_exit_code(tmp_path: Path, raises: bool,
+                                                            code: int) -> None:
+    model = tmp_path / "model.py"
+    model.write_text(f"RAISES = {raises}\n" + CLOSES_STDERR, encoding="utf-8")
+    result = run_cli("walk", f"{model}:Model", "--input", "4x3", "--format", "json")
+    assert result.code == code
+    if code == 0:
+        assert json.loads(result.stdout)["passes"]
+    else:
+        assert result.stdout == ""
