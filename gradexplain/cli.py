@@ -497,12 +497,34 @@ def entry() -> NoReturn:
     SystemExit as usual. The garbage collector is paused for start-up (`pause_collection`),
     until a run begins or the command ends."""
     pause_collection()
+    _standard_streams_opened()
     try:
         main()
         code = 0
     except SystemExit as done:
         code = _exit_code(done.code)
     os._exit(_flushed(code))
+
+
+def _standard_streams_opened() -> None:
+    """A standard stream the shell closed (`>&-`, `2>&-`) is opened on /dev/null: what would
+    go there is dropped, as Python's own `print` drops it, and the exit code stands. Python
+    left it None, which every write would fail on; and its descriptor is taken before any
+    file the run opens can take its number, where a model's writes to descriptor 1 or 2 would
+    land."""
+    for descriptor in (0, 1, 2):
+        try:
+            os.fstat(descriptor)
+        except OSError:
+            opened = os.open(os.devnull, os.O_RDWR)
+            if opened != descriptor:  # the lowest free number: a lower one was closed too
+                os.dup2(opened, descriptor)
+                os.close(opened)
+            os.set_inheritable(descriptor, True)  # as the shell's was, for a child's sake
+    if sys.stdout is None:
+        sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115  # for the process's life
+    if sys.stderr is None:
+        sys.stderr = open(2, "w", errors="backslashreplace", closefd=False)  # noqa: SIM115
 
 
 def _exit_code(code: object) -> int:

@@ -2,7 +2,7 @@
 reader that lags while the process is stopped and continued (Ctrl-Z then `fg`), a pipe that is
 non-blocking, a stdout unbuffered (PYTHONUNBUFFERED=1) or not, a terminal encoding that cannot
 hold `∂`. The oracle is the same command's output through a plain pipe. And a stderr the
-model closed takes the error line's loss, not the exit code's."""
+model closed, or a stream the shell closed (`>&-`), takes what was said, not the exit code."""
 
 from __future__ import annotations
 
@@ -165,3 +165,28 @@ def test_a_model_that_closes_stderr_still_gets_its_exit_code(tmp_path: Path, rai
         assert json.loads(result.stdout)["passes"]
     else:
         assert result.stdout == ""
+
+
+@pytest.mark.skipif(not os.path.exists("/bin/sh"), reason="closes streams with a POSIX shell")
+@pytest.mark.parametrize(("spec", "closed", "code", "shown_on"), [
+    ("two_modules.yaml", "2>&-", 0, "stdout"),
+    ("does-not-exist.yaml", "2>&-", 2, None),
+    ("two_modules.yaml", ">&-", 0, None),
+    ("does-not-exist.yaml", ">&-", 2, "stderr"),
+    ("two_modules.yaml", "<&-", 0, "stdout"),
+])
+def test_a_stream_the_shell_closed(spec: str, closed: str, code: int,
+                                   shown_on: str | None) -> None:
+    command = f'exec "$0" -m gradexplain walk "$1" {closed}'
+    done = subprocess.run(["/bin/sh", "-c", command, sys.executable, str(SPECS / spec)],
+                          capture_output=True, text=True, cwd=REPO, timeout=120, check=False,
+                          env=_environment(unbuffered=False, COLUMNS="100"))
+    assert done.returncode == code, done.stderr
+    assert "Traceback" not in done.stdout + done.stderr
+    assert "internal error" not in done.stdout + done.stderr
+    if shown_on == "stdout":
+        assert "checks verified" in done.stdout
+    if shown_on == "stderr":
+        assert done.stderr.startswith("error: ") and done.stdout == ""
+    if closed == "2>&-" and code:
+        assert done.stdout == ""  # the error line is lost, not moved onto stdout
