@@ -128,9 +128,14 @@ class _Labeller:
         self.full_calls: dict[tuple[str, str | None], int] = {}
         self.wrappers: list[tuple[str | None, str | None]] = []  # each call's (in, out)
         self.input_wrapper_calls: dict[str | None, list[int]] = {}
+        inputs_wrapped = {self.wrapper_of(call.inputs) for call in trace.calls}
+        outputs_wrapped: set[str] = set()
         for number, call in enumerate(trace.calls):
             self.legacy_calls.setdefault((call.module, call.legacy_node), number)
-            wrapper_in, wrapper_out = self.wrapper_of(call.inputs), self.output_wrapper(call)
+            wrapper_in = self.wrapper_of(call.inputs)
+            wrapper_out = self.output_wrapper(call, wrapper_in, inputs_wrapped, outputs_wrapped)
+            if wrapper_out is not None:
+                outputs_wrapped.add(wrapper_out)
             self.wrappers.append((wrapper_in, wrapper_out))
             self.full_calls.setdefault((call.module, wrapper_in), number)
             self.full_calls.setdefault((call.module, wrapper_out), number)
@@ -261,15 +266,32 @@ class _Labeller:
                 return position[0]
         return None
 
-    def output_wrapper(self, call: ModuleCall) -> str | None:
+    def output_wrapper(self, call: ModuleCall, wrapper_in: str | None,
+                       inputs_wrapped: set[str | None], outputs_wrapped: set[str]) -> str | None:
+        """The wrapper torch put on `call`'s output: a wrapper reading its first output
+        tensor that no other call's input or earlier call's output is.
+
+        A tensor can have several: a module returning a tensor it made in an earlier call (a
+        cache) has it wrapped again by each call. Torch wraps a call's output as the call
+        returns, so the calls (here in the order they returned) took those wrappers in the
+        order they were made, each after the call's own input wrapper (made as it began)."""
         for index in call.outputs:
             position = self.view.raw_position(index)
             if position is None:
                 continue
-            for consumer, _ in self.view.raw_consumers.get(position, []):
-                if self.view.is_identity(consumer):
-                    return consumer
+            after = -1 if wrapper_in is None else self.made(wrapper_in)
+            wrappers = sorted(
+                (self.made(consumer), consumer)
+                for consumer, _ in self.view.raw_consumers.get(position, [])
+                if self.view.is_identity(consumer) and consumer not in inputs_wrapped
+                and consumer not in outputs_wrapped and self.made(consumer) > after)
+            if wrappers:
+                return wrappers[0][1]
         return None
+
+    def made(self, node: str) -> int:
+        made = self.view.nodes[node].made
+        return -1 if made is None else made
 
     def why(self, event: Event) -> str | None:
         if event.hook != "backward" or event.node is None:
