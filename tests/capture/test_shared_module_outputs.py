@@ -36,33 +36,27 @@ class Cache(nn.Module):
         return self.kept
 
 
-class CachedTwice(nn.Module):
+class _WithCache(nn.Module):
     def __init__(self) -> None:
         super().__init__()
         self.c = Cache()
 
+
+class CachedTwice(_WithCache):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         a: torch.Tensor = self.c(x)
         b: torch.Tensor = self.c(x)
         return b * 3 + a * 5
 
 
-class CachedTwiceMultiplied(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.c = Cache()
-
+class CachedTwiceMultiplied(_WithCache):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         a: torch.Tensor = self.c(x)
         b: torch.Tensor = self.c(x)
         return torch.tanh(a) * b
 
 
-class CachedThrice(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.c = Cache()
-
+class CachedThrice(_WithCache):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         a: torch.Tensor = self.c(x)
         b: torch.Tensor = self.c(x)
@@ -70,12 +64,11 @@ class CachedThrice(nn.Module):
         return c * 7 + a * 2 + b * 3
 
 
-class CachedAroundAnother(nn.Module):
+class CachedAroundAnother(_WithCache):
     """Another module runs between the two calls, on the first one's output."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.c = Cache()
         self.d = nn.Linear(2, 2)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
