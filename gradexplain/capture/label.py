@@ -344,18 +344,35 @@ class _Labeller:
         label = self.whole(run, self.view.raw_position(record.index if record else None))
         if label.site is None or label.meaning is None:
             return label
-        runs = tuple(earlier.index for earlier in self.trace.summed_runs(run.index))
+        summed = self.trace.summed_runs(run.index)
+        runs = tuple(earlier.index for earlier in summed)
         meaning = label.meaning
         if len(runs) > 1:
-            text = (f"{self.naming.short(leaf)}.grad = Σ of {len(runs)} backward calls' "
-                    f"{meaning.text}")
-            latex = rf"\sum_{{{len(runs)}\ \mathrm{{calls}}}} {meaning.latex}"
+            text, latex = self.summed(summed, run, meaning, record.index if record else None)
+            text = f"{self.naming.short(leaf)}.grad = {text}"
         else:
             text, latex = f"{self.naming.short(leaf)}.grad = {meaning.text}", meaning.latex
         source = None if label.source is None else replace(label.source, grad=True)
         return Label(replace(meaning, text=text, latex=latex,
                              runs=runs if len(runs) > 1 else ()), label.site, label.place,
                      source)
+
+    def summed(self, runs: list[Run], run: Run, meaning: Meaning,
+               leaf: int | None) -> tuple[str, str]:
+        """What `.grad` holds after several backward calls, as text and LaTeX: each call's
+        own derivative, added up (`∂a/∂x + ∂b/∂x`), the calls of one output counted once
+        (`Σ of 3 backward calls' ∂b/∂x`)."""
+        counts: dict[tuple[str, str], int] = {}
+        for earlier in runs:
+            own = (meaning if earlier is run else
+                   self.whole(earlier, self.view.raw_position(leaf)).meaning)
+            said = (f"∂{earlier.of}/∂?", "?") if own is None else (own.text, own.latex)
+            counts[said] = counts.get(said, 0) + 1
+        texts = [text if count == 1 else f"Σ of {count} backward calls' {text}"
+                 for (text, _), count in counts.items()]
+        latexes = [latex if count == 1 else rf"\sum_{{{count}\ \mathrm{{calls}}}} {latex}"
+                   for (_, latex), count in counts.items()]
+        return " + ".join(texts), " + ".join(latexes)
 
     def wrapper_zeros(self, run: Run, node: str, rank: int) -> Label:
         """A full hook's input wrapper passes zeros for an input that does not require grad."""
