@@ -146,6 +146,12 @@ def check_output(path: Path, flag: str, inputs: Iterable[Path | None] = (),
         if given is not None and mode is not None and _same_file(target, given):
             raise UsageError(f"{where}: is {given}, an input of this run; write the output "
                              "to another file")
+    for descriptor, stream in ((1, "stdout"), (2, "stderr")):
+        if mode is not None and _is_open_as(path, descriptor):
+            # Written whole through a rename, the file would be replaced, not written to:
+            # what the shell wrote to it before (and after) would be gone.
+            raise UsageError(f"{where}: is this command's own {stream}, a file the shell "
+                             f"opened for it, which writing would replace: {instead}")
 
 
 def fixed_path(path: Path) -> Path:
@@ -167,6 +173,15 @@ def check_output_folder(folder: Path, flag: str) -> None:
         raise UsageError(f"{flag} {folder}: cannot make the folder ({error.strerror})") from error
     if not os.access(folder, os.W_OK | os.X_OK):
         raise UsageError(f"{flag} {folder}: cannot write in the folder (permission denied)")
+
+
+def _is_open_as(path: Path, descriptor: int) -> bool:
+    """Whether `path` is the file open as file descriptor `descriptor` (stdout, stderr)."""
+    try:
+        found, held = os.stat(path), os.fstat(descriptor)
+    except OSError:
+        return False
+    return (found.st_dev, found.st_ino) == (held.st_dev, held.st_ino)
 
 
 def _same_file(one: Path, other: Path) -> bool:

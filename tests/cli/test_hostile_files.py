@@ -229,6 +229,31 @@ def test_a_standard_stream_on_a_pipe_is_refused_before_the_run(
     assert not torch_imported_by(command, str(tmp_path / "good.yaml"), flag, stream)
 
 
+@pytest.mark.skipif(not Path("/dev/stdout").exists(), reason="no /dev/stdout here")
+@pytest.mark.parametrize(("command", "flag", "stream", "says"), [
+    ("report", "-o", "/dev/stdout", "leave out -o to print the report to stdout"),
+    ("walk", "--save", "/dev/stdout", "give a file name to write"),
+    ("walk", "--save", "/dev/stderr", "give a file name to write"),
+])
+def test_a_standard_stream_on_a_file_is_refused_and_the_file_kept(
+        command: str, flag: str, stream: str, says: str, tmp_path: Path) -> None:
+    # `{ echo header; gradexplain report x -o /dev/stdout; } > all.md`: written whole through
+    # a rename, the report would replace all.md, the shell's header and all.
+    good_spec(tmp_path)
+    shell_file = tmp_path / "all.txt"
+    shell_file.write_text("written by the shell\n", encoding="utf-8")
+    with shell_file.open("a", encoding="utf-8") as opened:
+        done = subprocess.run([sys.executable, "-m", "gradexplain", command, "good.yaml", flag,
+                               stream], stdout=opened, stderr=opened, cwd=tmp_path,
+                              timeout=TIMEOUT, check=False,
+                              env={**os.environ, "NO_COLOR": "1", "PYTHONPATH": str(REPO)})
+    assert done.returncode == 2
+    lines = shell_file.read_text(encoding="utf-8").splitlines()
+    assert lines[0] == "written by the shell"
+    assert len(lines) == 2 and lines[1].startswith("error: "), lines
+    assert stream in lines[1] and "own std" in lines[1] and lines[1].endswith(says)
+
+
 def test_a_report_named_as_long_as_the_file_system_allows_is_written(tmp_path: Path) -> None:
     good_spec(tmp_path)
     name = "a" * 252 + ".md"
