@@ -119,7 +119,9 @@ class _Watcher:
                     watch.live = False
             # Only a tensor or a tuple is wrapped (torch warns and leaves dicts and lists).
             if isinstance(output, torch.Tensor | tuple):
-                self.watch(path, "output", output if isinstance(output, tuple) else (output,))
+                outputs = output if isinstance(output, tuple) else (output,)
+                if self.watch(path, "output", outputs) and not _rebuilt(outputs):
+                    self.found[Refusal(path, "return_type", type(output).__name__)] = None
         return hook
 
     def watch(self, path: str, reason: RefusalReason, values: Sequence[Any]) -> list[_Watch]:
@@ -153,6 +155,20 @@ class _Watcher:
         wider = {watch.module: None for watch in self.watches
                  if watch.moved() and watch.module not in refused}
         return Probe(tuple(self.found), tuple(Refusal(module, "aliased") for module in wider))
+
+
+def _rebuilt(result: tuple[Any, ...]) -> bool:
+    """Whether torch's full-hook wrapper can rebuild `result` around the views it makes of
+    its tensors: a tuple as `tuple(items)`, any other tuple type as `type(result)(*items)`
+    (torch.utils.hooks.BackwardHook._apply_on_tensors), which a namedtuple takes and a
+    `torch.return_types` result (`x.sort(1)`, `x.max(1)`) does not."""
+    if type(result) is tuple:
+        return True
+    try:
+        type(result)(*result)
+    except Exception:  # whatever the type's constructor raises, torch would meet it too
+        return False
+    return True
 
 
 class _InPlaceMode(TorchFunctionMode):

@@ -93,7 +93,9 @@ def _full_pass(traced: Builder, fresh: Builder) -> PassTrace:
     probe forward (`inplace`) find the modules to leave without full hooks, and the pass runs
     again. If torch refuses still (an in-place op the probe could not tie to a call), once more
     without them on every call whose tensors an in-place op touched; if that fails too, a clear
-    error rather than a model refused for a hint it cannot act on."""
+    error rather than a model refused for a hint it cannot act on. Any other failure of the pass
+    is probed too: a module returning a result torch's wrapper cannot rebuild
+    (`torch.return_types`) is left without full hooks, and the pass run again once."""
     attempts: list[tuple[Refusal, ...]] = [()]
     probe: Probe | None = None
     tried: tuple[Refusal, ...] = ()
@@ -105,7 +107,13 @@ def _full_pass(traced: Builder, fresh: Builder) -> PassTrace:
         except (ModelRunError, SpecRunError) as error:
             message = first_line(error.__cause__ or error)
             if not _hook_view_error(message):
-                raise
+                # Torch's wrapper may have failed on a result it cannot rebuild: then the
+                # probe finds the module, and the pass is run again without its full hooks.
+                probe = probe or probe_inplace(fresh)
+                if tried or not any(item.reason == "return_type" for item in probe.refusals):
+                    raise
+                attempts = [probe.refusals]
+                continue
         else:
             refused_run = next((run.error for run in full.runs if run.error is not None
                                 and _hook_view_error(run.error.message)), None)

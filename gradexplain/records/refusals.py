@@ -10,6 +10,8 @@ _WHAT = {
     "input": "its input is modified in place",
     "output": "its output is modified in place",
     "aliased": "a tensor of its call shares memory with one modified in place",
+    "return_type": "it returns a result torch's full-hook wrapper cannot rebuild around the "
+                   "views it makes of its tensors",
 }
 
 
@@ -30,13 +32,15 @@ def refusal_cause(refusal: Refusal) -> str:
 def _by(refusal: Refusal) -> str:
     if refusal.op is None:
         return ""
+    if refusal.reason == "return_type":
+        return f" (torch.return_types.{refusal.op}, which takes one sequence, not its items)"
     if refusal.operator is not None:
         return f" by `{refusal.operator}` ({refusal.op})"
     return f" by {refusal.op}"
 
 
 def _where(refusal: Refusal) -> str:
-    if refusal.op is None and refusal.where is None:
+    if refusal.reason == "return_type" or (refusal.op is None and refusal.where is None):
         return ""
     if refusal.where is None:
         return " outside every module's forward"

@@ -224,7 +224,7 @@ class Run:
         return self.error is not None
 
 
-RefusalReason = Literal["input", "output", "aliased"]
+RefusalReason = Literal["input", "output", "aliased", "return_type"]
 
 
 @dataclass(frozen=True)
@@ -235,8 +235,12 @@ class Refusal:
     caller views of its outputs; torch forbids changing such a view, or anything sharing its
     memory, in place. `reason` says which: "input" (changed during the module's own forward),
     "output" (changed after the module returned), "aliased" (found only when the full pass hit
-    torch's refusal anyway: a tensor of the call shares memory with one changed in place).
-    `op` is the in-place op (`add_`, `relu_`; None where it could not be seen), `operator` its
+    torch's refusal anyway: a tensor of the call shares memory with one changed in place), or
+    "return_type": the module returns a tuple type torch's wrapper cannot rebuild around the
+    views it makes (`torch.return_types.sort`: it calls `type(result)(*items)`, and such a
+    result takes one sequence), so torch fails with full hooks where the model runs without.
+    `op` is the in-place op (`add_`, `relu_`; None where it could not be seen), or for
+    "return_type" the op whose result it is (`sort`, that type's name); `operator` its
     Python spelling where the source line shows one (`+=`), `where` the module whose forward was
     running when it happened ("" the model itself; None outside every module's forward).
     """

@@ -12,6 +12,7 @@ import functools
 import json
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from typing import NamedTuple
 
 import pytest
 import torch
@@ -30,6 +31,8 @@ from tests.helpers.pyoracle import leaves, torch_hook_calls, torch_inputs, torch
 from tests.helpers.resnet import RESNET_INPUT, make_resnet18
 
 Factory = Callable[[], nn.Module]
+Grads = tuple[torch.Tensor | None, ...]
+PlainCalls = dict[str, list[tuple[Grads, Grads]]]
 RESNET_SHAPE = (2, *RESNET_INPUT[1:])  # BatchNorm in train mode needs 2 samples at layer4's 1x1
 
 
@@ -56,7 +59,7 @@ def torch_refuses(make: Factory, inputs: Sequence[torch.Tensor]) -> set[str]:
         try:
             with one_thread():
                 model(*leaves).sum().backward()
-        except RuntimeError:
+        except (RuntimeError, TypeError):  # TypeError: a result it cannot rebuild
             refused.add(path)
     return refused
 
@@ -102,19 +105,27 @@ def assert_legacy_values(walk: Walk, make: Factory, inputs: Sequence[torch.Tenso
     """Every legacy module hook call gradexplain recorded holds what plain legacy hooks get."""
     with one_thread():
         plain = torch_hook_calls(make, inputs, "legacy")
-    legacy = next(item for item in walk.passes if item.mode == "legacy")
+    assert_hook_values(walk, "legacy", "backward",
+                       {path: [(call.grad_input, call.grad_output) for call in calls]
+                        for (_, path), calls in plain.items()})
+
+
+def assert_hook_values(walk: Walk, mode: str, hook: str, plain: PlainCalls) -> None:
+    """Every `hook` call of the `mode` pass holds what plain torch's hook got on that call of
+    that module (`plain`: by module path, each call's (grad_input, grad_output))."""
+    recorded = next(item for item in walk.passes if item.mode == mode)
     seen: dict[str, int] = {}
-    for event in legacy.events:
-        if event.hook != "backward":
+    for event in recorded.events:
+        if event.hook != hook:
             continue
         number = seen.get(event.target, 0)
         seen[event.target] = number + 1
-        call = plain[("backward", event.target)][number]
+        grad_input, grad_output = plain[event.target][number]
         args = {arg.name: arg.value for arg in event.args}
-        for prefix, grads in (("grad_input", call.grad_input), ("grad_output", call.grad_output)):
+        for prefix, grads in (("grad_input", grad_input), ("grad_output", grad_output)):
             for index, grad in enumerate(grads):
                 assert_recorded(args[f"{prefix}[{index}]"], grad, f"{event.target} {prefix}")
-    assert seen == {path: len(calls) for (_, path), calls in plain.items()}
+    assert seen == {path: len(calls) for path, calls in plain.items()}
 
 
 # --- resnet18 as torchvision ships it ---------------------------------------------------------
@@ -230,6 +241,49 @@ class SliceAssigned(nn.Module):
         return self.out(h)  # type: ignore[no-any-return]
 
 
+class Sorts(nn.Module):
+    """Returns `h.sort(1)`: a torch.return_types.sort, which torch's full-hook wrapper cannot
+    rebuild (it calls the type with the items; that type takes one sequence)."""
+
+    def forward(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return h.sort(1)
+
+
+class Maxes(nn.Module):
+    def forward(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.max(h, 1)
+
+
+class Pair(NamedTuple):
+    values: torch.Tensor
+    doubled: torch.Tensor
+
+
+class PairOut(nn.Module):
+    """A namedtuple: torch rebuilds it, so full hooks stay."""
+
+    def forward(self, h: torch.Tensor) -> Pair:
+        return Pair(h.sort(1).values, h * 2)
+
+
+class StructuredResults(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(3, 4)
+        self.sorts = Sorts()
+        self.maxes = Maxes()
+        self.pair = PairOut()
+        self.head = nn.Linear(4, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.tanh(self.lin(x))
+        ordered = self.sorts(h)
+        top = self.maxes(h)
+        pair = self.pair(h)
+        mixed = ordered.values * 2 + top.values.unsqueeze(1) + pair.values * pair.doubled
+        return self.head(mixed)  # type: ignore[no-any-return]
+
+
 def relu_after_linear() -> nn.Module:
     return nn.Sequential(nn.Linear(3, 4), nn.ReLU(inplace=True), nn.Linear(4, 2))
 
@@ -244,6 +298,7 @@ SMALL: dict[str, tuple[Factory, set[str]]] = {
     "caller_inplace_on_output": (CallerChangesOutput, {"lin"}),
     "setitem_on_output": (SliceAssigned, {"lin"}),
     "no_inplace_at_all": (no_inplace, set()),
+    "results_torch_cannot_rebuild": (StructuredResults, {"sorts", "maxes"}),
 }
 
 
@@ -360,3 +415,26 @@ def test_a_refusal_nothing_locates_is_one_clear_error(monkeypatch: pytest.Monkey
         explain(torch_model(relu_after_linear), *leaves(torch_inputs((5, 3))))
     assert caught.value.exit_code == 2
     assert "full backward hooks" in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_a_result_torch_cannot_rebuild_is_said_and_the_other_full_hooks_are_torchs() -> None:
+    inputs = leaves(torch_inputs((5, 3)))
+    walk = explain(torch_model(StructuredResults), *inputs).walk
+    assert walk.failures() == []
+    full = next(item for item in walk.passes if item.mode == "full")
+    lin = torch_model(StructuredResults).get_submodule("lin")
+    h = torch.tanh(lin(inputs[0]))
+    results = {"sorts": h.sort(1), "maxes": torch.max(h, 1)}
+    assert {item.module: (item.reason, item.op) for item in full.refusals} == {
+        path: ("return_type", type(result).__name__) for path, result in results.items()}
+    # Plain torch with full hooks on every module but those two: what each hook got.
+    model = torch_model(StructuredResults)
+    got: PlainCalls = {}
+    for path, module in model.named_modules():
+        if path not in results:
+            module.register_full_backward_hook(
+                lambda module, grad_input, grad_output, path=path: got.setdefault(
+                    path, []).append((grad_input, grad_output)))
+    with one_thread():
+        model(*leaves(inputs)).sum().backward()
+    assert_hook_values(walk, "full", "full_backward", got)

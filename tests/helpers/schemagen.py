@@ -384,9 +384,12 @@ def walk_pass_defs(derived: Derived) -> dict[str, Schema]:
                 "reason": {"enum": _enum(RefusalReason),
                            "description": "input: changed in place during its forward; output: "
                                           "changed in place after it returned; aliased: shares "
-                                          "memory with a tensor changed in place."},
+                                          "memory with a tensor changed in place; return_type: "
+                                          "returns a result torch's wrapper cannot rebuild "
+                                          "(torch.return_types)."},
                 "op": {"type": ["string", "null"],
-                       "description": "The in-place op (add_, relu_); null if unseen."},
+                       "description": "The in-place op (add_, relu_); null if unseen; for "
+                                      "return_type, the op whose result it is (sort)."},
                 "operator": {"type": ["string", "null"],
                              "description": "Its Python spelling where the source shows one "
                                             "(+=)."},
