@@ -25,7 +25,8 @@ TracebackOption = Annotated[
     bool, typer.Option("--traceback", help="On an error, show the Python traceback too.")
 ]
 SpecFilesArgument = Annotated[
-    list[Path], typer.Argument(help="One or more spec files (YAML).", show_default=False)
+    list[Path], typer.Argument(help="One or more spec files (YAML).", show_default=False,
+                               metavar="SPEC")
 ]
 
 
@@ -218,7 +219,7 @@ OutputOption = Annotated[
 ]
 AllSpecsOption = Annotated[
     Path | None,
-    typer.Option("--all", help="Every *.yaml spec in this folder: one report each, plus "
+    typer.Option("--all", help="Every *.yaml or *.yml spec in this folder: one report each, plus "
                  "an index.md linking them, written to the -o folder.",
                  show_default=False),
 ]

@@ -50,6 +50,16 @@ def test_console_example_is_real_output() -> None:
     assert result.stdout.strip() == example.group(1).strip()
 
 
+def test_bad_spec_example_is_real_output() -> None:
+    example = re.search(r"\$ gradexplain validate (examples/bad.yaml)\n(.*?)\n```", README,
+                        flags=re.S)
+    assert example is not None
+    result = run_cli("validate", example.group(1))
+    assert result.code == 2
+    assert result.stdout == ""
+    assert result.stderr.strip() == example.group(2).strip()
+
+
 def assert_excerpt_is_real(pattern: str) -> None:
     """Each README block matching `pattern` (the command's arguments, then the excerpt): every
     line it shows, between the `...`, is in the real output of that command, its numbers up to
