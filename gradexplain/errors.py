@@ -169,6 +169,12 @@ class SpecShapeError(SpecError):
     kind = "shape error"
 
 
+class SpecValueError(SpecError):
+    """A value written in the spec that its use cannot take: an Embedding index past its rows."""
+
+    kind = "value error"
+
+
 class SpecArithmeticError(SpecError):
     """Arithmetic on numbers written in a step with no usable result: `1/0`, `0.0 ** -1`,
     `(0 - 8) ** 0.5` (too large a result is a SpecLimitError)."""

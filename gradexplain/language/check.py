@@ -7,6 +7,7 @@ steps at every call, with the argument types of that call. Every named tensor ge
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import replace
 
 from gradexplain.errors import (
@@ -15,6 +16,7 @@ from gradexplain.errors import (
     SpecLimitError,
     SpecNameError,
     SpecShapeError,
+    SpecValueError,
     quoted,
 )
 from gradexplain.language import constants, shapes
@@ -305,6 +307,8 @@ class _Checker:
         if entry is not None:
             args = [self.infer(arg, scope, step) for arg in expr.args]
             if isinstance(entry.value, LayerSpec):
+                if entry.value.kind == "Embedding":
+                    self.embedding_indices(entry.value, expr, scope, where, step)
                 return self.call_layer(entry.value, expr, args, where, step)
             if isinstance(entry.value, ModuleSpec):
                 return self.call_module(entry.value, expr, args, where, step)
@@ -351,6 +355,31 @@ class _Checker:
         if kind == "bool" and not isinstance(number, bool):
             raise SpecShapeError(f"{func}: {name} must be True or False, got {number}", where)
         return number
+
+    def embedding_indices(self, layer: LayerSpec, expr: Call, scope: Scope, where: Location,
+                          step: Step) -> None:
+        """Indices the spec writes out (an input given by value, or as zeros or ones, looked
+        up as it is) must each be a row of the Embedding's weight, as torch will require."""
+        if len(expr.args) != 1 or not isinstance(expr.args[0], Name):
+            return
+        entry = scope.get(expr.args[0].id)
+        given = next((item for item in self.spec.inputs if item.name == expr.args[0].id), None)
+        if entry is None or entry.kind != "input" or given is None:
+            return
+        init = given.init
+        if init.kind == "value":
+            indices = list(_flat(init.value))
+        else:
+            fill = {"zeros": 0, "ones": 1}.get(init.kind)
+            indices = [] if fill is None or shapes.numel(init.shape) == 0 else [fill]
+        rows = LAYERS["Embedding"].options(layer.kwargs)["num_embeddings"]
+        assert isinstance(rows, int)  # the schema took it as one
+        outside = next((index for index in indices if not 0 <= index < rows), None)
+        if outside is not None:
+            raise SpecValueError(
+                f"in step {quoted(step.text)}: layer {layer.name!r}: Embedding(num_embeddings="
+                f"{rows}) has rows 0 to {rows - 1}, and input {given.name!r} holds the index "
+                f"{outside:g}", where)
 
     def call_layer(self, layer: LayerSpec, expr: Call, args: list[ValueType],
                    where: Location, step: Step) -> ValueType:
@@ -435,3 +464,12 @@ class _Checker:
                         layer.where)
 
     # --- backward, grad, hooks -------------------------------------------------------------
+
+
+def _flat(value: object) -> Iterator[float]:
+    """The numbers of a literal, nested lists walked."""
+    if isinstance(value, list):
+        for item in value:
+            yield from _flat(item)
+    elif isinstance(value, int | float):
+        yield value

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from tests.helpers.badspecs import Case, assert_one_clear_line
@@ -16,6 +17,10 @@ from tests.helpers.cli import run_cli
 GOOD_HEAD = "inputs:\n  x: {value: 1.0, requires_grad: true}\n"
 YAML_SYNTAX = 'forward: ["y = x * 2"\nbackward: y\n'
 
+
+# An Embedding layer looking up the rows an input holds (`{indices}`) of a `{rows}`-row weight.
+EMBEDDING = ("inputs:\n  idx: {indices}\nlayers:\n  emb: {{Embedding: {{num_embeddings: {rows}, "
+             "embedding_dim: 2}}}}\nforward: ['e = emb(idx)', 's = sum(e)']\nbackward: s\n")
 
 CASES = [
     # --- YAML itself
@@ -146,7 +151,30 @@ CASES = [
          ("with 'z' ([3000, 3000])", "27,000,000 elements in all", "limit is 20,000,000")),
     Case("nothing_to_differentiate", GOOD_HEAD + "forward: ['y = x * 2']\n", "1:1", "",
          ("nothing to differentiate",)),
+    # --- values written in the spec that torch will refuse
+    Case("embedding_index_past_its_rows", EMBEDDING.format(indices="{value: [0, 7], "
+                                                             "dtype: int64}", rows=3),
+         "5:emb(", "forward[0]", ("value error", "rows 0 to 2", "'idx' holds the index 7")),
+    Case("embedding_index_negative", EMBEDDING.format(indices="{value: [[1, -1]], "
+                                                          "dtype: int64}", rows=3),
+         "5:emb(", "forward[0]", ("rows 0 to 2", "the index -1")),
+    Case("embedding_ones_with_one_row", EMBEDDING.format(indices="{ones: [2], dtype: int64}",
+                                                         rows=1),
+         "5:emb(", "forward[0]", ("rows 0 to 0", "the index 1")),
 ]
+
+
+@pytest.mark.parametrize("indices", [[0, 2], [0, 3], [-1], [[2, 1], [0, 5]], []])
+def test_validate_refuses_embedding_indices_exactly_where_torch_does(
+        indices: list[object], write_spec: Callable[[str], Path]) -> None:
+    try:
+        torch.nn.Embedding(3, 2)(torch.tensor(indices, dtype=torch.int64))
+        torch_refuses = False
+    except (IndexError, RuntimeError):
+        torch_refuses = True
+    text = EMBEDDING.format(indices=f"{{value: {indices}, dtype: int64}}", rows=3)
+    result = run_cli("validate", str(write_spec(text)))
+    assert result.code == (2 if torch_refuses else 0), result
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
