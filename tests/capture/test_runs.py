@@ -234,3 +234,26 @@ def test_a_first_calls_grad_check_is_against_what_it_added_in_float64() -> None:
     assert right_check is not None and right_check.verified
     assert wrong_check is not None and not wrong_check.verified
     assert wrong_check.expected == tensor_value(added.double())
+
+
+@pytest.mark.parametrize("kind", ["backward", "grad"])
+def test_a_seed_of_the_wrong_shape_expected_to_fail_is_torchs_error_explained(
+        kind: str, tmp_path: Path) -> None:
+    # A spec that means to show the error: its expect_error lets the wrong shape through to
+    # torch, whose message (and refusal) the walk must then show as it is.
+    x = torch.tensor([1.0, -2.0], requires_grad=True)
+    y = x * 3
+    if kind == "backward":
+        message = _raised(lambda: y.backward(torch.tensor([1.0, 2.0, 3.0])))
+        call = '{of: y, gradient: [1.0, 2.0, 3.0], expect_error: "shape"}'
+    else:
+        message = _raised(lambda: torch.autograd.grad(y, x, torch.tensor([1.0, 2.0, 3.0])))
+        call = '{of: y, wrt: x, grad_outputs: [1.0, 2.0, 3.0], expect_error: "shape"}'
+    spec = tmp_path / "seed.yaml"
+    spec.write_text("name: seed\ninputs:\n  x: {value: [1.0, -2.0], requires_grad: true}\n"
+                    f"forward: ['y = x * 3']\n{kind}:\n  - {call}\n", encoding="utf-8")
+    walk = captured(str(spec)).walk
+    (step,) = walk.runs
+    assert step.error is not None and step.error.expected
+    assert step.error.message == message
+    assert step.explanation is not None and "(2,)" in step.explanation.fix

@@ -55,6 +55,17 @@ def _non_scalar(error: RunError, attempt: Attempt) -> ErrorExplanation:
     )
 
 
+def _seed_shape(error: RunError, attempt: Attempt) -> ErrorExplanation:
+    seed = "gradient" if attempt.kind == "backward" else "grad_outputs"
+    return ErrorExplanation(
+        f"{_call(attempt)} with a `{seed}` of another shape than {attempt.of}",
+        f"`{seed}` is v in the vector-Jacobian product vᵀ·J: one weight for each element of "
+        f"{attempt.of}, so it has {attempt.of}'s shape, {_shape(error.shape)}.",
+        f"give `{seed}` the shape {_shape(error.shape)}: torch.ones_like({attempt.of}) weighs "
+        f"every element 1 (spec: `{seed}:` with {_count(error.shape)} values in that shape).",
+    )
+
+
 def _second_time(error: RunError, attempt: Attempt) -> ErrorExplanation:
     earlier = ", ".join(str(run) for run in attempt.earlier) or "an earlier call"
     freed = ("; ".join(error.freed) if error.freed
@@ -123,6 +134,7 @@ def _freed_storage(error: RunError, attempt: Attempt) -> ErrorExplanation:
 
 _RULES: tuple[tuple[str, Callable[[RunError, Attempt], ErrorExplanation]], ...] = (
     ("grad can be implicitly created only for scalar outputs", _non_scalar),
+    ("mismatch in shape: grad_output", _seed_shape),
     ("backward through the graph a second time", _second_time),
     ("does not require grad and does not have a grad_fn", _no_grad),
     ("of backwardhookfunction is a view and is being modified inplace", _view_inplace),
