@@ -266,7 +266,8 @@ class _Chain:
                                     total_of, total))
         return PinnedLine(line.node, line.output, self.claim(line.output), line.upstream,
                           line.has_rule, self.count(line.at), self.refs.pinned(Pin(run, index)),
-                          tuple(terms))
+                          tuple(terms), line.others,
+                          tuple(self.claim(other) for other in line.others))
 
 
 __all__ = ["answers", "pinned_view", "session_view"]

@@ -10,16 +10,20 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields, is_dataclass, replace
 
+import torch
+from torch.autograd.graph import Node
+
 from gradexplain.capture.checks import check
 from gradexplain.capture.label import VIEWS
 from gradexplain.capture.replay import Replay, RunValues
-from gradexplain.capture.rules import local_derivatives
+from gradexplain.capture.rules import NodeFacts, local_derivatives
 from gradexplain.capture.user_changes import Changes
 from gradexplain.capture.values import tensor_value
 from gradexplain.language.expr import BinOp, Name, Number
 from gradexplain.language.model import ModelSpec
 from gradexplain.records.graph import GraphView, Position
 from gradexplain.records.names import ACCUMULATE, Naming, canonical_name, distinct
+from gradexplain.records.numbers import fmt
 from gradexplain.records.trace import PassTrace, TensorValue
 from gradexplain.records.walk import Derivation, DerivationLine, Place, Term
 
@@ -32,6 +36,9 @@ def derivations(spec: ModelSpec, trace: PassTrace, view: GraphView,
     operands = _written_operands(spec)
     changes = Changes(trace, view)
     names = ChainNames(view, naming)
+    def node_at(rank: int) -> Node | None:
+        return replay.order[rank] if rank < len(replay.order) else None
+
     for run in trace.runs:
         values = replay.runs.get(run.index)
         if values is None or run.failed:
@@ -45,7 +52,7 @@ def derivations(spec: ModelSpec, trace: PassTrace, view: GraphView,
         traced = _traced(trace, run.index)
         shown_output = _shown_outputs(values)
         lines = [_line(view, values, shown_output, node, traced.get(node), operands, names,
-                       _changed_by(changes, run.index, node)) for node in
+                       _changed_by(changes, run.index, node), node_at) for node in
                  _topological(view, set(traced))]
         derivations.append(Derivation(run.index, run.kind, run.of,
                                       None if values.seed is None else tensor_value(values.seed),
@@ -135,28 +142,32 @@ def _written(expr: object) -> str | None:
     return None
 
 
-def _shown_outputs(values: RunValues) -> dict[int, int]:
-    """Each node's output a line is shown by, by the node's rank: the first that got a
-    gradient. A node with several outputs (nn.LSTM's RNN node: out, h, c) with a loss of h
-    only has None for output 0. Found in one pass over the call's gradients, not per node."""
-    shown: dict[int, int] = {}
+def _shown_outputs(values: RunValues) -> dict[int, list[int]]:
+    """Each node's outputs that got a gradient, by the node's rank: a line is shown by the
+    first, and names the rest. A node with several outputs (nn.LSTM's RNN node: out, h, c)
+    with a loss of h only has None for output 0. Found in one pass over the call's
+    gradients, not per node."""
+    shown: dict[int, list[int]] = {}
     for rank, number in sorted(values.totals):
         if values.totals[(rank, number)] is not None:
-            shown.setdefault(rank, number)
+            shown.setdefault(rank, []).append(number)
     return shown
 
 
-def _line(view: GraphView, values: RunValues, shown_output: dict[int, int], node: str,
+def _line(view: GraphView, values: RunValues, shown_output: dict[int, list[int]], node: str,
           traced: list[TensorValue | None] | None,
           operands: dict[str, tuple[str | None, ...]],
-          names: ChainNames, changed_by: Callable[[int | None], str | None]) -> DerivationLine:
+          names: ChainNames, changed_by: Callable[[int | None], str | None],
+          node_at: Callable[[int], Node | None]) -> DerivationLine:
     """One node: `traced` is what the traced pass saw flow out of it (see `_traced`),
-    `shown_output` the output each node is shown by (`_shown_outputs`)."""
+    `shown_output` the output each node is shown by (`_shown_outputs`), `node_at` the check
+    run's node of a rank (what its rule depends on: `_facts`)."""
     rank = view.rank[node]
     name = view.name_of(node)
     naming = names.naming
-    number = shown_output.get(rank, 0)
+    number, *more = shown_output.get(rank, [0])
     output = names.name((node, number))
+    others = tuple(names.name((node, item)) for item in more)
     upstream = values.totals.get((rank, number))
     if name == ACCUMULATE:
         seen = traced[0] if traced else None
@@ -172,15 +183,20 @@ def _line(view: GraphView, values: RunValues, shown_output: dict[int, int], node
     inputs = [names.name(position) for position in below]
     known = [*view.names.get((node, 0), []), names.name((node, 0))]
     written = next((operands[item] for item in known if item in operands), ())
+    checked = node_at(rank)
     shown = list(inputs)
     for index, item in enumerate(inputs):
         if item == "None":
-            # No edge: a number or a tensor without grad. Named as written where the spec
-            # says, else said what it is (never `None`, which reads as a missing value).
+            # No edge: a number or a tensor without grad. A number is read off the node (torch
+            # puts a tensor first: `2 * x` is x · 2, against the order written); else named as
+            # written where the spec says, else said what it is (never `None`).
             replacement = written[index] if index < len(written) else None
-            shown[index] = replacement or NO_GRAD_OPERAND
-    formulas, has_rule = local_derivatives(name, [_operand(item, naming) for item in shown],
-                                           _operand(output, naming))
+            shown[index] = (_number_operand(checked, name, index) or replacement
+                            or NO_GRAD_OPERAND)
+    shares = [values.edges.get((rank, index)) for index in range(len(edges))]
+    formulas, has_rule = local_derivatives(
+        name, [_operand(item, naming) for item in shown], _operand(output, naming),
+        _facts(checked, upstream, shares))
     terms = []
     for index, (wrt, formula) in enumerate(zip(inputs, formulas, strict=True)):
         seen = traced[index] if traced is not None and index < len(traced) else None
@@ -192,7 +208,62 @@ def _line(view: GraphView, values: RunValues, shown_output: dict[int, int], node
         terms.append(Term(wrt, formula, tensor_value(share), result, modified_by=changer,
                           at=names.place(below[index]), edge=index))
     return DerivationLine(name, output, tensor_value(upstream), tuple(terms), has_rule,
-                          (rank, number))
+                          (rank, number), others)
+
+
+# The saved operand of each edge of the nodes whose rule names the other operand.
+_SAVED_OPERANDS = {"MulBackward0": ("_saved_self", "_saved_other"),
+                   "DivBackward0": ("_saved_self", "_saved_other")}
+
+
+def _number_operand(node: Node | None, name: str, index: int) -> str | None:
+    """The number a node computed with at edge `index`, where that edge has no graph edge
+    and the node saved it (a Python number, or a one-element tensor without grad)."""
+    attributes = _SAVED_OPERANDS.get(name)
+    if node is None or attributes is None or index >= len(attributes):
+        return None
+    saved = _saved(node, attributes[index], None)
+    if not isinstance(saved, torch.Tensor) or saved.numel() != 1:
+        return None
+    return fmt(saved.item())
+
+
+def _facts(node: Node | None, upstream: torch.Tensor | None,
+           shares: list[torch.Tensor | None]) -> NodeFacts:
+    """What the node's rule depends on (NodeFacts): its saved scale factors and flags, and
+    which shares the engine summed over broadcast dims (shaped unlike g)."""
+    summed = tuple(share is not None and upstream is not None and share.shape != upstream.shape
+                   for share in shares)
+    if node is None:
+        return NodeFacts(summed=summed)
+    padding = _saved(node, "_saved_padding_idx", None)
+    exponent = _saved(node, "_saved_exponent", None)
+    bias = shares[0] if shares else None
+    rows = (bias is not None and upstream is not None and upstream.dim() == 2
+            and bias.numel() == upstream.shape[1] and bias.shape[-1:] == upstream.shape[1:])
+    return NodeFacts(
+        alpha=_number(_saved(node, "_saved_alpha", 1), 1),
+        beta=_number(_saved(node, "_saved_beta", 1), 1),
+        transposed=_saved(node, "_saved_transposed", False) is True,
+        exponent=None if isinstance(exponent, torch.Tensor) or exponent is None
+        else _number(exponent, 1),
+        # torch keeps -1 (no padding row) as an unsigned 64-bit number
+        padding_idx=padding if isinstance(padding, int) and 0 <= padding < 2 ** 63 else None,
+        summed=summed, rows=rows)
+
+
+def _saved(node: Node, attribute: str, default: object) -> object:
+    try:
+        return getattr(node, attribute, default)
+    except RuntimeError:  # a saved tensor already freed
+        return default
+
+
+def _number(value: object, default: float) -> float:
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return default
 
 
 def _traced(trace: PassTrace, run: int) -> dict[str, list[TensorValue | None]]:
@@ -283,9 +354,12 @@ def _described(view: GraphView, position: tuple[str, int], naming: Naming,
 
 
 def _operand(name: str, naming: Naming) -> str:
-    """A name as it reads inside a formula: `weightᵀ` becomes `(weightᵀ)`, so `(weightᵀ)ᵀ`."""
+    """A name as it reads inside a formula: `weightᵀ` becomes `(weightᵀ)`, so `(weightᵀ)ᵀ`;
+    a number as it is (`-2.5`), and what is already in brackets as it is."""
     short = naming.short(name)
-    return short if re.fullmatch(r"[\w@:#.]+", short, re.ASCII) else f"({short})"
+    if re.fullmatch(r"[\w@:#.]+|-?[\d.]+(e[-+]?\d+)?|\(.*\)", short, re.ASCII):
+        return short
+    return f"({short})"
 
 
 __all__ = ["ChainNames", "derivations"]

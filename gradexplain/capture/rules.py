@@ -11,7 +11,35 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from gradexplain.records.numbers import fmt
+
 Rule = Callable[[Sequence[str], str], Sequence[str]]
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    """What a node's rule depends on beyond its operands' names, read off the node itself
+    (torch's saved attributes) and its values in the check run. The defaults are the rule's
+    plain case: `alpha` and `beta` 1 (add, sub and addmm scale by them), not `transposed` (a
+    transposed convolution's input gradient is an ordinary convolution), no `exponent`
+    known (pow), no `padding_idx` (that Embedding row gets no gradient), and per input edge
+    whether its share is summed over broadcast dims (`summed`, its shape is not g's), and for
+    addmm whether the bias is one row broadcast over g's rows (`rows`)."""
+
+    alpha: float = 1
+    beta: float = 1
+    transposed: bool = False
+    exponent: float | None = None
+    padding_idx: int | None = None
+    summed: tuple[bool, ...] = ()
+    rows: bool = True  # addmm: the bias is one row, broadcast over g's rows
+
+
+PLAIN = NodeFacts()
+# Elementwise rules: an operand broadcast in the forward gets its share summed back to its
+# shape, which the formula then says.
+_ELEMENTWISE = frozenset({"MulBackward0", "DivBackward0", "AddBackward0", "SubBackward0"})
+_SUPERSCRIPTS = str.maketrans("0123456789-", "⁰¹²³⁴⁵⁶⁷⁸⁹⁻")
 
 
 @dataclass(frozen=True)
@@ -95,15 +123,65 @@ RULES: dict[str, Rule] = {
 }
 
 
-def local_derivatives(node: str, inputs: Sequence[str], output: str) -> tuple[list[str], bool]:
+def local_derivatives(node: str, inputs: Sequence[str], output: str,
+                      facts: NodeFacts = PLAIN) -> tuple[list[str], bool]:
     """Per input edge: the formula that turns the output's gradient `g` into this input's
-    share, and whether the node type has a rule (else the generic `Jᵀ g` line)."""
+    share, and whether the node type has a rule (else the generic `Jᵀ g` line). `facts`: what
+    else the rule depends on (NodeFacts)."""
     rule = RULES.get(node)
     if rule is None:
-        return [f"J_{node}ᵀ g (input {index})" for index in range(len(inputs))], False
-    formulas = list(rule(inputs, output))
-    formulas += [f"J_{node}ᵀ g (input {index})" for index in range(len(formulas), len(inputs))]
+        return [_generic(node, index) for index in range(len(inputs))], False
+    formulas = list(_with_facts(node, list(rule(inputs, output)), inputs, facts))
+    formulas += [_generic(node, index) for index in range(len(formulas), len(inputs))]
+    if node in _ELEMENTWISE:
+        formulas = [formula + ", summed over the broadcast dims"
+                    if index < len(facts.summed) and facts.summed[index] else formula
+                    for index, formula in enumerate(formulas)]
     return formulas[: len(inputs)], True
 
 
-__all__ = ["RULES", "local_derivatives"]
+def _generic(node: str, index: int) -> str:
+    return f"J_{node}ᵀ g (input {index})"
+
+
+def _with_facts(node: str, formulas: list[str], inputs: Sequence[str],
+                facts: NodeFacts) -> list[str]:
+    """The rule's formulas where the node's facts change them from its plain case."""
+    names = Operands(inputs, "")
+    alpha, beta = _factor(facts.alpha), _factor(facts.beta)
+    if node == "AddBackward0" and len(formulas) > 1:
+        formulas[1] = f"{alpha}g"
+    elif node == "SubBackward0" and len(formulas) > 1:
+        formulas[1] = f"−{alpha}g"
+    elif node == "AddmmBackward0" and len(formulas) > 2:
+        summed = len(facts.summed) > 0 and facts.summed[0]
+        formulas[0] = (f"{beta}Σ_rows g" if facts.rows else
+                       f"{beta}g" + (", summed over the broadcast dims" if summed else ""))
+        formulas[1] = f"{alpha}g · {names[2]}ᵀ"
+        formulas[2] = f"{alpha}{names[1]}ᵀ · g"
+    elif node == "ConvolutionBackward0" and facts.transposed and formulas:
+        # The input's gradient of a transposed convolution is an ordinary convolution; the
+        # weight's is left to the generic line.
+        formulas[0] = f"g ⋆ {names[1]} (convolution)"
+        if len(formulas) > 1:
+            formulas[1] = _generic(node, 1)
+    elif node == "PowBackward0" and facts.exponent is not None and formulas:
+        formulas[0] = f"g ⊙ {fmt(facts.exponent)}·{names[0]}{_power(facts.exponent - 1)}"
+    elif node == "EmbeddingBackward0" and facts.padding_idx is not None and formulas:
+        formulas[0] += f", except its padding row {facts.padding_idx}, which gets none"
+    return formulas
+
+
+def _factor(value: float) -> str:
+    """A scale written before `g`: nothing for 1."""
+    return "" if value == 1 else f"{fmt(value)}·"
+
+
+def _power(value: float) -> str:
+    """An exponent as superscript digits where it is a whole number (`²`), else `^(0.5)`."""
+    if float(value).is_integer():
+        return "" if value == 1 else fmt(value).translate(_SUPERSCRIPTS)
+    return f"^({fmt(value)})"
+
+
+__all__ = ["PLAIN", "RULES", "NodeFacts", "local_derivatives"]

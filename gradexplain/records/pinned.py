@@ -72,7 +72,9 @@ class PinnedTerm:
 @dataclass(frozen=True)
 class PinnedLine:
     """One autograd node: the gradient it starts from (`g`, with the arguments that are it)
-    and its shares. `shares` > 1: g is the sum of that many shares computed above."""
+    and its shares. `shares` > 1: g is the sum of that many shares computed above. `others`:
+    the node's other outputs, whose gradients g holds too (DerivationLine), and
+    `other_gradients` those gradients' claims, as `gradient` is `output`'s."""
 
     node: str
     output: str
@@ -82,6 +84,8 @@ class PinnedLine:
     shares: int
     pinned: Pinned
     terms: tuple[PinnedTerm, ...]
+    others: tuple[str, ...] = ()
+    other_gradients: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -158,7 +158,9 @@ class Term:
 @dataclass(frozen=True)
 class DerivationLine:
     """One autograd node of the chain rule, from its output's gradient to its inputs'.
-    `at` is where the tensor `output` names sits."""
+    `at` is where the tensor `output` names sits. A node with several outputs that got a
+    gradient (unbind, split, an RNN's out, h and c) takes all of them back at once: `others`
+    names the rest, after `output`, and `upstream` is then `output`'s alone."""
 
     node: str
     output: str
@@ -166,6 +168,7 @@ class DerivationLine:
     terms: tuple[Term, ...]
     has_rule: bool
     at: Place | None = None
+    others: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

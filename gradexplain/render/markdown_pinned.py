@@ -130,8 +130,13 @@ class _Partial:
 def _line(number: int, line: PinnedLine, partial: _Partial) -> str:
     made = "leaf" if line.node == ACCUMULATE else "made"
     output = math(tensor_latex(line.output, partial.naming))
-    head = (f"{number}. {code(line.node.removeprefix('torch::autograd::'))} ({made} {output})"
-            f": {math('g = ' + partial(line.output))} = {value_cell(line.upstream)}")
+    head = f"{number}. {code(line.node.removeprefix('torch::autograd::'))} ({made} {output})"
+    if line.others:
+        together = ", ".join(partial(item) for item in (line.output, *line.others))
+        head += (f": {math(f'g = ({together})')}, the gradients of its "
+                 f"{len(line.others) + 1} outputs, taken back together")
+    else:
+        head += f": {math('g = ' + partial(line.output))} = {value_cell(line.upstream)}"
     if line.shares > 1:
         head += " " + italic(f"(the sum of its {line.shares} shares above)")
     if not line.has_rule:

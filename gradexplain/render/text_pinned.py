@@ -165,10 +165,18 @@ def unpinned_lines(title: str, refs: Sequence[HookRef]) -> list[Text]:
 
 
 def _line(line: PinnedLine) -> list[Text]:
-    head = Text.assemble((line.node.removeprefix("torch::autograd::"), "cyan"),
-                         f"  g = {line.gradient} = ")
-    _value(head, line.upstream, None, "    ")
-    found = _split(head)
+    name = line.node.removeprefix("torch::autograd::")
+    if line.others:
+        # Its outputs' gradients together: each is shown where its shares were made.
+        together = ", ".join((line.gradient, *line.other_gradients))
+        words = (f"{name}  g = ({together}): the gradients of its {len(line.others) + 1} "
+                 "outputs, taken back together").split(" ")
+        found = [Text(text) for text in pack(words, WIDTH, "    ")]
+        found[0].stylize("cyan", 0, len(name))
+    else:
+        head = Text.assemble((name, "cyan"), f"  g = {line.gradient} = ")
+        _value(head, line.upstream, None, "    ")
+        found = _split(head)
     if line.shares > 1:
         found.append(Text(f"    (g adds up the {line.shares} shares of "
                           f"{line.gradient.split('/∂', 1)[-1]} above)", style="dim"))

@@ -168,7 +168,9 @@ def test_chain_rule_terms_are_torchs_gradients() -> None:
     expected = [
         (r"\frac{\partial z}{\partial t} = g \odot \sigma(t)(1 - \sigma(t))", " = ", "t"),
         (r"\frac{\partial z}{\partial p} = g \odot x", " = ", "module.p"),
-        (r"\frac{\partial z}{\partial x} = g \odot p", " = ", "x"),
+        # x is a number, p two: x's share is summed back over the dim it was broadcast along
+        (r"\frac{\partial z}{\partial x} = g \odot p,\text{ summed over the broadcast dims}",
+         " = ", "x"),
         (r"x.\mathrm{grad} \mathrel{+}= g", " = ", "x"),
     ]
     for latex, joint, name in expected:
