@@ -235,7 +235,7 @@ class _Timeline:
             rule, check = LEGACY_POST, self._legacy
         elif event.hook == "full_backward_pre":
             rule, check = FULL_PRE_ON_OUTPUT, self._full_pre
-        elif self._no_input_requires_grad(event.target):
+        elif not self._on_input_wrapper(event):
             rule, check = FULL_FROM_OUTPUT, self._full_from_output
         else:
             rule, check = FULL_ON_INPUT, self._full_on_input
@@ -344,11 +344,16 @@ class _Timeline:
                 and before.target == event.target
                 and self.turns[position - 1] == self.turns[position])
 
-    def _no_input_requires_grad(self, module: str) -> bool:
-        calls = [call for call in self.trace.calls if call.module == module]
-        tensors = [self.trace.tensors[index] for call in calls for index in call.inputs
-                   if index is not None and index < len(self.trace.tensors)]
-        return bool(calls) and not any(record.requires_grad for record in tensors)
+    def _on_input_wrapper(self, event: Event) -> bool:
+        """Whether a full backward hook fired on the wrapper around its call's inputs, which a
+        call has only where an input requires grad; else it fired from the output wrapper.
+        Asked of the node it fired on, so that each call of a module is read on its own (one
+        call's input may require grad and another's not)."""
+        inputs = {self.trace.tensors[index].node for call in self.trace.calls
+                  if call.module == event.target for index in call.inputs
+                  if index is not None and index < len(self.trace.tensors)
+                  and self.trace.tensors[index].requires_grad}
+        return event.node_id in inputs if event.node_id is not None else bool(inputs)
 
 
 

@@ -8,6 +8,7 @@ with two events swapped must not.
 
 from __future__ import annotations
 
+import copy
 import re
 import warnings
 from collections.abc import Callable
@@ -20,6 +21,7 @@ import torch
 from torch import nn
 
 from gradexplain.analysis.order import GLOBAL_FIRST, RULES, FiringOrder, firing_order
+from gradexplain.api import explain
 from gradexplain.records.trace import Mode, PassTrace
 from gradexplain.render.console import plain_text
 from gradexplain.render.order import order_markdown, order_text
@@ -324,3 +326,51 @@ def test_a_checkpointed_forward_runs_inside_the_backward_and_every_step_holds() 
         assert recomputed and all(step.rule == RECOMPUTED for step in recomputed)
         # each in a node's turn: the label names the node whose unpacking ran it
         assert all(step.group != "unknown node" for step in recomputed)
+
+
+class _CalledTwice(nn.Module):
+    """One Linear called twice, one call's input requiring grad and the other's not: that
+    call's full backward hook has no input wrapper and fires from its output wrapper."""
+
+    def __init__(self, constant_first: bool) -> None:
+        super().__init__()
+        self.l = nn.Linear(3, 3)
+        self.constant_first = constant_first
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        constant = torch.ones(2, 3)
+        if self.constant_first:
+            out: torch.Tensor = self.l(constant) * self.l(x)
+        else:
+            out = self.l(x) + self.l(constant)
+        return out
+
+
+def _module_hooks_in_torch(model: nn.Module, x: torch.Tensor) -> Log:
+    log: Log = []
+    for path, module in model.named_modules():
+        module.register_full_backward_pre_hook(
+            lambda *args, path=path: log.append(("full_backward_pre", path)))
+        module.register_full_backward_hook(
+            lambda *args, path=path: log.append(("full_backward", path)))
+    model(x).sum().backward()
+    return log
+
+
+@pytest.mark.parametrize("constant_first", [True, False])
+def test_each_call_of_a_module_is_read_on_its_own_side(constant_first: bool) -> None:
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = _CalledTwice(constant_first)
+    x = torch.randn(2, 3, generator=torch.Generator().manual_seed(1))
+    result = explain(copy.deepcopy(model), x.clone().requires_grad_())
+    full = next(trace for trace in result.session.traces if trace.mode == "full")
+    order = firing_order(full, 1)
+    assert order is not None
+    wrong = [step for step in order.steps if not step.holds]
+    assert not wrong, wrong
+    rules = {step.rule for step in order.steps if step.hook == "full_backward"}
+    assert len(rules) == 2  # one call on its input side, the other from its output
+    expected = _module_hooks_in_torch(copy.deepcopy(model), x.clone().requires_grad_())
+    assert [(step.hook, step.target) for step in order.steps
+            if step.hook in ("full_backward_pre", "full_backward")] == expected
