@@ -108,6 +108,7 @@ class _Reading:
         # across any number of calls (`accumulate`).
         self.one_backward = (len(backward) == 1 and not backward[0].failed
                              and not trace.runs[-1].failed)
+        self.no_backward = not backward
 
     # --- DDP ----------------------------------------------------------------------------
 
@@ -155,6 +156,8 @@ class _Reading:
             whose = Whose("local", f"rank {self.rank}'s own gradient",
                           "an input's gradient: DDP synchronises parameters only")
             return DistributedGrad(grad.name, grad.value, whose, grad.check)
+        if self.no_backward:
+            return self.never_written(grad)
         whose = self.ddp_whose(grad.name)
         changed_by = grad.modified_by or self.changed_by(grad.name)
         if changed_by is not None:
@@ -323,6 +326,8 @@ class _Reading:
             whose = Whose("local", f"rank {self.rank}'s own gradient",
                           "an input's gradient: FSDP2 shards parameters only")
             return DistributedGrad(grad.name, grad.value, whose, grad.check)
+        if self.no_backward:
+            return self.never_written(grad)
         whose, expected = self.fsdp_whose(grad.name)
         if not self.one_backward:
             return DistributedGrad(grad.name, grad.value, whose, None,
@@ -337,6 +342,15 @@ class _Reading:
             return ScopedArg(event.seq, event.args[0].name, whose, None,
                              "the pass ran more than one backward call")
         return ScopedArg(event.seq, event.args[0].name, whose, _check(value, expected))
+
+    def never_written(self, grad: FinalGrad) -> DistributedGrad:
+        """A parameter's .grad in a pass of autograd.grad calls alone: they hand their
+        gradients back and write no .grad, so no all-reduce or reduce-scatter ever ran."""
+        whose = Whose("local", f"rank {self.rank}'s .grad, never written",
+                      "the pass made no backward call: autograd.grad returns its gradients "
+                      "and leaves .grad as it was")
+        return DistributedGrad(grad.name, grad.value, whose, None,
+                               "no backward call wrote .grad")
 
     def fsdp_silence(self, hook: str) -> str:
         if hook == "tensor":

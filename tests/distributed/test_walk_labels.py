@@ -24,7 +24,13 @@ from gradexplain.records.check import Check
 from gradexplain.records.distributed import DistributedWalk, RankPass, RankWalk
 from gradexplain.records.trace import TensorValue
 from gradexplain.records.walk import PassWalk
-from tests.helpers.distributed import FACTS_INPUTS, FACTS_MODEL, distributed_walk, facts_walk
+from tests.helpers.distributed import (
+    FACTS_INPUTS,
+    FACTS_MODEL,
+    distributed_walk,
+    facts_model,
+    facts_walk,
+)
 from tests.helpers.distributed import FACTS_SPEC as FACTS_SPEC
 from tests.helpers.distributed import NAMES as NAMES
 from tests.helpers.distributed import facts_local as facts_local
@@ -395,3 +401,25 @@ def test_a_failed_call_leaves_the_buckets_unchecked_and_says_why() -> None:
              for bucket in walk_pass["buckets"] for slot in bucket["slots"]]
     assert slots and all(slot["not_checked"] for slot in slots)
     Draft202012Validator(load_schema("walk-distributed")).validate(document)
+
+
+@pytest.mark.parametrize("wrap", ["ddp", "fsdp"])
+def test_a_pass_of_autograd_grad_alone_says_no_gradient_was_written(wrap: WrapKind) -> None:
+    """autograd.grad hands its gradients back and writes no .grad: plain DDP and FSDP2 leave
+    every parameter's .grad None, and the walk says why, not that a call failed."""
+    text = FACTS_MODEL.replace("backward: loss", "grad:\n  - {of: loss, wrt: [fc2.weight]}")
+    model = facts_model()
+    loss = model(torch.tensor(FACTS_INPUTS[0]["x"])).sum()
+    torch.autograd.grad(loss, [model.get_parameter("2.weight")])
+    assert all(parameter.grad is None for parameter in model.parameters())
+    walk = distributed_walk(text, FACTS_INPUTS, wrap)
+    for rank in walk.ranks:
+        for mode in ("legacy", "full"):
+            grads = rank_pass(rank, mode).grads
+            parameters = [grad for grad in grads if grad.name in NAMES]
+            assert parameters
+            for grad in parameters:
+                assert grad.value is None and grad.check is None
+                assert grad.not_checked is not None and "failed" not in grad.not_checked
+                assert "more than one" not in grad.not_checked
+                assert "no backward call" in grad.whose.when
