@@ -312,12 +312,21 @@ class _Reading:
                        and event.target in self.parameters and event.args)
         return RankPass(self.walk_pass.mode, scoped, (), grads, self.silent(set()))
 
-    def fsdp_whose(self, name: str) -> tuple[Whose, torch.Tensor | None]:
+    def fsdp_whose(self, name: str, upto: int | None = None) -> tuple[Whose, torch.Tensor | None]:
+        """Whose `name`'s sharded .grad is after call `upto` (None: the pass's end): each
+        backward call's reduce-scatter adds that call's mean into it, so after several calls
+        (not zeroed between) it holds their sum."""
         _, mean = self.reference.get(name, ((), None))
         rows = None if mean is None else shard_rows(mean, self.setup.world_size, self.rank)
         part = "" if rows is None else f" (rows {rows[0]}:{rows[1]}, this rank's shard)"
-        whose = Whose("mean", f"the mean over {self.ranks} of each rank's own gradient{part}",
-                      "after FSDP2's reduce-scatter", rows)
+        calls = self.summed_calls(upto)
+        what = (f"the mean over {self.ranks} of each rank's own gradient{part}" if calls < 2
+                else f"the sum, over the {calls} backward calls so far, of each call's mean "
+                     f"over {self.ranks}{part}")
+        when = ("after FSDP2's reduce-scatter" if calls < 2 else
+                f"after the reduce-scatters of the {calls} backward calls so far: .grad holds "
+                "the sum of their means")
+        whose = Whose("mean", what, when, rows)
         expected = None if mean is None or rows is None else mean[rows[0]:rows[1]]
         return whose, expected if rows is not None else mean
 
@@ -335,8 +344,13 @@ class _Reading:
         return DistributedGrad(grad.name, grad.value, whose,
                                _check(grad.value, expected))
 
+    def summed_calls(self, upto: int | None) -> int:
+        """The backward calls whose gradients .grad holds after call `upto` (None: all)."""
+        last = len(self.trace.runs) if upto is None else upto
+        return len(self.trace.summed_runs(last))
+
     def fsdp_scoped(self, event: LabelledEvent) -> ScopedArg:
-        whose, expected = self.fsdp_whose(event.target)
+        whose, expected = self.fsdp_whose(event.target, event.run)
         value = event.args[0].value
         if not self.one_backward:
             return ScopedArg(event.seq, event.args[0].name, whose, None,

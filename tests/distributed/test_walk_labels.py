@@ -423,3 +423,26 @@ def test_a_pass_of_autograd_grad_alone_says_no_gradient_was_written(wrap: WrapKi
                 assert grad.not_checked is not None and "failed" not in grad.not_checked
                 assert "more than one" not in grad.not_checked
                 assert "no backward call" in grad.whose.when
+
+
+def test_fsdp_two_backward_calls_say_grad_holds_the_sum_of_their_means() -> None:
+    """Each backward call's reduce-scatter adds that call's mean into the sharded .grad: after
+    the second of two identical calls it holds twice the mean, which the label says."""
+    text = FACTS_MODEL.replace("backward: loss",
+                               "backward: {of: loss, retain_graph: true, times: 2}")
+    walk = distributed_walk(text, FACTS_INPUTS, "fsdp")
+    mean = {name: (facts_local(0)[name] + facts_local(1)[name]) / 2 for name in NAMES}
+    for rank in walk.ranks:
+        scoped = {item.seq: item for item in rank_pass(rank, "full").scoped}
+        for name, expected in mean.items():
+            shard = expected[fsdp_rows(expected.shape[0], rank.rank)]
+            events = [event for event in walk_pass(rank, "full").events
+                      if event.hook == "post_accumulate_grad" and event.target == name]
+            assert len(events) == 2
+            for number, event in enumerate(events, start=1):
+                assert close(event.args[0].value, number * shard)
+                when = scoped[event.seq].whose.when
+                assert ("2 backward calls" in when) == (number == 2), when
+            grad = next(item for item in rank_pass(rank, "full").grads if item.name == name)
+            assert close(grad.value, 2 * shard)
+            assert "sum of their means" in grad.whose.when
