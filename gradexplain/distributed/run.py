@@ -79,6 +79,13 @@ def _notes(plan: Plan, launched: Sequence[str]) -> tuple[str, ...]:
     """What the reader should know about how this walk ran that no record says: the
     launcher's (a rank that ended badly after sending its whole result), then the wrapping's."""
     notes = list(launched)
+    spec = plan.rank_specs[0]
+    lessons = [f"{len(items)} {name}" for name, items in (
+        ("intervention(s)", spec.interventions), ("capture(s)", spec.captures)) if items]
+    if lessons:
+        notes.append(f"the spec's {' and '.join(lessons)} are lessons of the single-process "
+                     "walk, not run here: every rank's hooks get what plain DDP or FSDP hands "
+                     "them; walk the spec without --ranks to see what they change")
     if plan.setup.wrap == "ddp" and plan.setup.ddp.bucket_cap_mb is not None:
         notes.append(f"bucket_cap_mb={plan.setup.ddp.bucket_cap_mb:g} shows no effect here: in "
                      "its first iteration DDP puts every parameter in one bucket, whatever the "

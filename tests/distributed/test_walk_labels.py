@@ -446,3 +446,16 @@ def test_fsdp_two_backward_calls_say_grad_holds_the_sum_of_their_means() -> None
             grad = next(item for item in rank_pass(rank, "full").grads if item.name == name)
             assert close(grad.value, 2 * shard)
             assert "sum of their means" in grad.whose.when
+
+
+def test_a_spec_with_interventions_is_told_they_are_not_run_on_the_ranks() -> None:
+    text = FACTS_MODEL + ("interventions:\n  - {hook: full_backward, on: fc2, action: scale, "
+                          "factor: 2}\n")
+    walk = distributed_walk(text, FACTS_INPUTS, "ddp")
+    (note,) = [note for note in walk.notes if "intervention" in note]
+    assert "1 intervention(s)" in note and "without --ranks" in note
+    # and they were not run: .grad is plain DDP's mean, unscaled
+    mean = (facts_local(0)["fc2.bias"] + facts_local(1)["fc2.bias"]) / 2
+    for rank in walk.ranks:
+        grad = next(item for item in rank_pass(rank, "full").grads if item.name == "fc2.bias")
+        assert close(grad.value, mean)
