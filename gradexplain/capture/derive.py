@@ -187,12 +187,15 @@ def _line(view: GraphView, values: RunValues, shown_output: dict[int, list[int]]
     shown = list(inputs)
     for index, item in enumerate(inputs):
         if item == "None":
-            # No edge: a number or a tensor without grad. A number is read off the node (torch
-            # puts a tensor first: `2 * x` is x · 2, against the order written); else named as
-            # written where the spec says, else said what it is (never `None`).
+            # No edge: a number or a tensor without grad. Named as written where the spec
+            # says; a number written, or one a Python model used, is read off the node (torch
+            # puts a tensor first: `2 * x` is x · 2, against the order written); else said
+            # what it is (never `None`).
             replacement = written[index] if index < len(written) else None
-            shown[index] = (_number_operand(checked, name, index) or replacement
-                            or NO_GRAD_OPERAND)
+            constant = _number_operand(checked, name, index)
+            if any(_is_number(item) for item in written) or replacement is None:
+                replacement = constant or replacement  # the number torch used, where it went
+            shown[index] = replacement or NO_GRAD_OPERAND
     shares = [values.edges.get((rank, index)) for index in range(len(edges))]
     formulas, has_rule = local_derivatives(
         name, [_operand(item, naming) for item in shown], _operand(output, naming),
@@ -214,6 +217,14 @@ def _line(view: GraphView, values: RunValues, shown_output: dict[int, list[int]]
 # The saved operand of each edge of the nodes whose rule names the other operand.
 _SAVED_OPERANDS = {"MulBackward0": ("_saved_self", "_saved_other"),
                    "DivBackward0": ("_saved_self", "_saved_other")}
+
+
+def _is_number(written: str | None) -> bool:
+    try:
+        float(written or "")
+    except ValueError:
+        return False
+    return True
 
 
 def _number_operand(node: Node | None, name: str, index: int) -> str | None:

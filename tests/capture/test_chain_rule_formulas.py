@@ -204,3 +204,15 @@ def test_a_node_with_several_outputs_takes_all_their_gradients(
                      if torch.autograd.grad(loss, part, allow_unused=True,
                                             retain_graph=True)[0] is not None]
     assert len(line.others) + 1 == len(with_gradient) == len(used)
+
+
+def test_a_named_tensor_without_grad_keeps_its_name() -> None:
+    # c holds one number, but the spec names it: the formula says c, as written (torch keeps
+    # a tensor's operand order: c * x is c · x).
+    walk = capture_text("name: c\ninputs:\n  x: {value: [1.0, 2.0], requires_grad: true}\n"
+                        "  c: {value: [3.0]}\nforward: ['a = c * x', 'z = sum(a)']\n"
+                        "backward: z\n", "c.yaml").walk
+    (line,) = _lines(walk, "MulBackward0")
+    (term,) = line.terms
+    assert term.local == "g ⊙ c"
+    _close(_value(term), torch.full((2,), 3.0))
