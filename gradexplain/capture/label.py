@@ -361,11 +361,15 @@ class _Labeller:
                leaf: int | None) -> tuple[str, str]:
         """What `.grad` holds after several backward calls, as text and LaTeX: each call's
         own derivative, added up (`∂a/∂x + ∂b/∂x`), the calls of one output counted once
-        (`Σ of 3 backward calls' ∂b/∂x`)."""
+        (`Σ of 3 backward calls' ∂b/∂x`), a call whose output does not depend on the leaf
+        left out."""
         counts: dict[tuple[str, str], int] = {}
+        raw = self.view.raw_position(leaf)
         for earlier in runs:
-            own = (meaning if earlier is run else
-                   self.whole(earlier, self.view.raw_position(leaf)).meaning)
+            if raw is not None and earlier is not run and raw[0] not in self.reachable[
+                    earlier.index]:
+                continue  # that call's output does not depend on the leaf: it added nothing
+            own = meaning if earlier is run else self.whole(earlier, raw).meaning
             said = (f"∂{earlier.of}/∂?", "?") if own is None else (own.text, own.latex)
             counts[said] = counts.get(said, 0) + 1
         texts = [text if count == 1 else f"Σ of {count} backward calls' {text}"

@@ -71,3 +71,19 @@ def test_each_calls_output_is_named_and_the_sum_is_torchs(
             assert torch.allclose(value, grad.double(), rtol=1e-5, atol=1e-6), text
             named = set(re.findall(r"∂(\w+)/∂x", text))
             assert named == outputs, text
+
+
+def test_a_call_whose_output_does_not_depend_on_the_leaf_is_left_out() -> None:
+    text = ("name: unreached\ninputs:\n  x: {value: [1.0, 2.0], requires_grad: true}\n"
+            "  y: {value: [1.0, 3.0], requires_grad: true}\n"
+            "forward: ['a = sum(x * 2)', 'd = sum(y * 3)']\n"
+            "backward:\n  - {of: a, retain_graph: true}\n  - {of: d}\n  - {of: a}\n")
+    walk = capture_text(text, "unreached.yaml").walk
+    x = torch.tensor(X, requires_grad=True)
+    for _ in range(2):
+        (x * 2).sum().backward()
+    assert x.grad is not None
+    for mode in ("legacy", "full"):
+        text_of_last, value = _accumulated_labels(walk, mode)[-1]
+        assert set(re.findall(r"∂(\w+)/∂x", text_of_last)) == {"a"}, text_of_last
+        assert torch.allclose(value, x.grad.double())
