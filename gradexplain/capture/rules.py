@@ -76,6 +76,13 @@ RULES: dict[str, Rule] = {
     "SinBackward0": _unary("g ⊙ cos({a})"),
     "CosBackward0": _unary("g ⊙ (−sin({a}))"),
     "SqrtBackward0": _unary("g / (2√{a})"),
+    "ReciprocalBackward0": _unary("−g / {a}²"),
+    "RsqrtBackward0": _unary("−g / (2·{a}^(3/2))"),
+    "SiluBackward0": _unary("g ⊙ σ({a})(1 + {a}(1 − σ({a})))"),
+    "CatBackward0": lambda inputs, output: [f"g's part where {name} was joined"
+                                            for name in inputs],
+    "StackBackward0": lambda inputs, output: [f"g at {name}'s place along the stacked dim"
+                                              for name in inputs],
     "AbsBackward0": _unary("g ⊙ sign({a})"),
     "NegBackward0": _unary("−g"),
     "CloneBackward0": _unary("g"),

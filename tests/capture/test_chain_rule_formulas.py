@@ -216,3 +216,54 @@ def test_a_named_tensor_without_grad_keeps_its_name() -> None:
     (term,) = line.terms
     assert term.local == "g ⊙ c"
     _close(_value(term), torch.full((2,), 3.0))
+
+
+@pytest.mark.parametrize(("node", "forward", "formula", "local"), [
+    ("ReciprocalBackward0", lambda x: x.reciprocal(), "−g / x²", lambda x, g: -g / x ** 2),
+    ("RsqrtBackward0", lambda x: x.rsqrt(), "−g / (2·x^(3/2))",
+     lambda x, g: -g / (2 * x ** 1.5)),
+    ("SiluBackward0", F.silu, "g ⊙ σ(x)(1 + x(1 − σ(x)))",
+     lambda x, g: g * torch.sigmoid(x) * (1 + x * (1 - torch.sigmoid(x)))),
+])
+def test_a_unary_rule_computes_its_share(node: str, forward: Callable[[torch.Tensor], torch.Tensor],
+                                         formula: str,
+                                         local: Callable[[torch.Tensor, torch.Tensor],
+                                                         torch.Tensor]) -> None:
+    positive = X.abs() + 0.5  # rsqrt and reciprocal stay finite
+    walk = _explained(Model(lambda module, x: forward(x) ** 2), positive)
+    (line,) = _lines(walk, node)
+    (term,) = line.terms
+    assert term.local == formula
+    x = positive.clone().requires_grad_()
+    out = forward(x)
+    (share,) = torch.autograd.grad((out ** 2).sum(), x)
+    _close(_value(term), share)
+    _close(_value(term), local(positive, 2 * out.detach()))
+
+
+def test_cat_and_stack_hand_each_input_its_part_of_g() -> None:
+    def forward(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        joined = torch.cat([x, x * 2], dim=1)
+        return torch.stack([joined, joined * 3]) ** 2
+
+    walk = _explained(Model(forward), X)
+    (cat,) = _lines(walk, "CatBackward0")
+    (stack,) = _lines(walk, "StackBackward0")
+    assert all("was joined" in term.local for term in cat.terms)
+    assert all("along the stacked dim" in term.local for term in stack.terms)
+    x = X.clone().requires_grad_()
+    doubled = x * 2
+    joined = torch.cat([x, doubled], dim=1)
+    tripled = joined * 3
+    out = torch.stack([joined, tripled])
+    g = 2 * out.detach()
+    shares = torch.autograd.grad((out ** 2).sum(), [x, doubled], retain_graph=True)
+    # g's part where each was joined: columns 0:3 for x, 3:6 for x * 2 (of the cat's g)
+    cat_g = g[0] + 3 * g[1]
+    cat_terms = sorted(cat.terms, key=lambda term: term.edge or 0)
+    _close(_value(cat_terms[0]), cat_g[:, :3])
+    _close(_value(cat_terms[1]), cat_g[:, 3:])
+    assert torch.allclose(cat_g[:, :3] + 2 * cat_g[:, 3:], shares[0])
+    stack_terms = sorted(stack.terms, key=lambda term: term.edge or 0)
+    _close(_value(stack_terms[0]), g[0])
+    _close(_value(stack_terms[1]), g[1])
