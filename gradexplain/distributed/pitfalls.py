@@ -132,6 +132,44 @@ def unused_parameter(ranks: Sequence[RankWalk], setup: Setup) -> Pitfall | None:
     return None
 
 
+def unused_stops_the_all_reduce(ranks: Sequence[RankWalk], setup: Setup) -> Pitfall | None:
+    """DDP (outside no_sync): a parameter no rank's forward used got no gradient, so the bucket
+    holding it never became ready and no bucket was all-reduced: every .grad stays local."""
+    passes = [_main_pass(rank) for rank in ranks]
+    main = passes[0] if passes else None
+    if (setup.wrap != "ddp" or setup.ddp.no_sync or len(ranks) < 2 or main is None
+            or main.buckets or any(item is None for item in passes)):
+        return None
+    parameters = _parameters(ranks[0], main)
+    unused = [grad.name for grad in main.grads if grad.name in parameters
+              and all(item is not None and _final(item, grad.name) is None for item in passes)]
+    local = next((grad for grad in main.grads if grad.value is not None
+                  and grad.name in parameters and grad.whose.scope == "local"), None)
+    if not unused or local is None:
+        return None
+    theirs = ", ".join(f"rank {rank.rank}'s {_value(_final(item, local.name))}"
+                       for rank, item in zip(ranks, passes, strict=True) if item is not None)
+    return Pitfall(
+        "unused_stops_the_all_reduce",
+        "one unused parameter, and DDP averages nothing",
+        f"No rank's forward used {', '.join(unused)}: "
+        f"{'it' if len(unused) == 1 else 'they'} got no gradient, so the bucket holding "
+        f"{'it' if len(unused) == 1 else 'them'} never became ready, and DDP all-reduced no "
+        "bucket in this pass. Every "
+        f".grad stays each rank's own: {local.name} is {theirs}. torch's default "
+        "find_unused_parameters=False expects every parameter to get a gradient; "
+        "find_unused_parameters=True (spec: distributed.ddp) lets DDP mark the unused ones "
+        "ready and average the rest.")
+
+
+def _parameters(rank: RankWalk, rank_pass: RankPass) -> set[str]:
+    """The parameters of a rank's pass: those whose hooks were read (fired or silent)."""
+    walk_pass = next(item for item in rank.walk.passes if item.mode == rank_pass.mode)
+    events = {event.seq: event.target for event in walk_pass.events}
+    return ({item.target for item in rank_pass.silent}
+            | {events[item.seq] for item in rank_pass.scoped if item.seq in events})
+
+
 def fsdp_tensor_hook_silent(ranks: Sequence[RankWalk], setup: Setup) -> Pitfall | None:
     """FSDP2: `param.register_hook` never fires."""
     rank_pass = _main_pass(ranks[0]) if ranks else None
@@ -180,7 +218,8 @@ def module_hooks_local(ranks: Sequence[RankWalk], setup: Setup) -> Pitfall | Non
 
 
 FINDERS: tuple[Finder, ...] = (tensor_hook_local, post_accumulate_local, no_sync_local,
-                               unused_parameter, fsdp_tensor_hook_silent,
+                               unused_parameter, unused_stops_the_all_reduce,
+                               fsdp_tensor_hook_silent,
                                fsdp_post_accumulate_mean, module_hooks_local)
 
 

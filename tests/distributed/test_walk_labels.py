@@ -459,3 +459,37 @@ def test_a_spec_with_interventions_is_told_they_are_not_run_on_the_ranks() -> No
     for rank in walk.ranks:
         grad = next(item for item in rank_pass(rank, "full").grads if item.name == "fc2.bias")
         assert close(grad.value, mean)
+
+
+class UnusedByAll(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            self.used = nn.Linear(3, 2)
+            self.never = nn.Linear(3, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.used(x)
+        return out
+
+
+@pytest.mark.parametrize("find_unused", [False, True])
+def test_one_unused_parameter_and_ddp_averages_nothing(mlp_batch: torch.Tensor,
+                                                        find_unused: bool) -> None:
+    """torch's defaults: a parameter no rank uses keeps its bucket from becoming ready, so no
+    all-reduce runs and every .grad stays each rank's own (plain torch's single-process
+    gradients), which the pitfalls say; with find_unused_parameters the rest is averaged."""
+    model = UnusedByAll()
+    walk = python_walk(model, mlp_batch, "ddp", DDPOptions(find_unused_parameters=find_unused))
+    local = [plain_local(model, mlp_batch, rank) for rank in range(2)]
+    for rank in walk.ranks:
+        grad = next(item for item in rank_pass(rank, "full").grads
+                    if item.name == "used.weight")
+        mean = (local[0]["used.weight"] + local[1]["used.weight"]) / 2
+        assert close(grad.value, mean if find_unused else local[rank.rank]["used.weight"])
+    said = [item for item in walk.pitfalls if item.key == "unused_stops_the_all_reduce"]
+    assert bool(said) == (not find_unused)
+    if said:
+        assert "never.weight" in said[0].text and "find_unused_parameters=True" in said[0].text
+    assert not walk.failures()
