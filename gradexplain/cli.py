@@ -109,9 +109,9 @@ def validate(
 
 def _not_python(path: Path) -> None:
     """`validate` reads YAML: a Python model (FILE.py:NAME) is said to be one, not missing."""
-    from gradexplain.target import is_python_target
+    from gradexplain.target import names_python_model
 
-    if is_python_target(str(path)) and not path.is_file():
+    if names_python_model(str(path)):
         raise UsageError(f"{path}: validate reads YAML specs without running anything, and a "
                          f"Python model is checked by running it: gradexplain walk {path} "
                          "--input SHAPE")
@@ -547,8 +547,7 @@ def _flushed(code: int) -> int:
     except BrokenPipeError:
         pass
     except (OSError, ValueError) as error:
-        with suppress(OSError, ValueError):
-            echo(f"error: cannot write the output (stdout): {error}", err=True, one_line=True)
+        echo(f"error: cannot write the output (stdout): {error}", err=True, one_line=True)
         code = code or 2
     with suppress(OSError, ValueError):
         sys.stderr.flush()

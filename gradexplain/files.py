@@ -178,10 +178,9 @@ def check_output_folder(folder: Path, flag: str) -> None:
 def _is_open_as(path: Path, descriptor: int) -> bool:
     """Whether `path` is the file open as file descriptor `descriptor` (stdout, stderr)."""
     try:
-        found, held = os.stat(path), os.fstat(descriptor)
+        return os.path.samestat(os.stat(path), os.fstat(descriptor))
     except OSError:
         return False
-    return (found.st_dev, found.st_ino) == (held.st_dev, held.st_ino)
 
 
 def _same_file(one: Path, other: Path) -> bool:

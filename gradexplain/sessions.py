@@ -194,7 +194,7 @@ def run_inputs(spec: str | None, load: Path | None, options: RunOptions) -> tupl
 
 def is_python(spec: str) -> bool:
     """FILE.py:NAME or package.module:NAME; a bare FILE.py is a mistake worth naming."""
-    from gradexplain.target import is_python_target
+    from gradexplain.target import is_python_target, names_python_model
 
     where, colon, name = spec.rpartition(":")
     if spec.endswith(".py") or (colon and where.endswith(".py") and not is_python_target(spec)
@@ -205,7 +205,7 @@ def is_python(spec: str) -> bool:
                 f"{spec}: {name!r} is not a Python name")
         raise UsageError(f"{what}: name the model in it, as {file}:make_model (an "
                          "nn.Module, or a function with no arguments that returns one)")
-    return is_python_target(spec) and not Path(spec).is_file()
+    return names_python_model(spec)
 
 
 def check_module(session: Session, module: str | None) -> None:

@@ -24,6 +24,12 @@ def is_python_target(text: str) -> bool:
     return where.endswith(".py") or _MODULE.match(where) is not None
 
 
+def names_python_model(text: str) -> bool:
+    """Whether SPEC is taken for a Python model: it reads as one, and no file has that very
+    name (`a:b.yaml` may be a spec file)."""
+    return is_python_target(text) and not Path(text).is_file()
+
+
 @contextlib.contextmanager
 def working_directory_importable() -> Iterator[None]:
     """The working directory on sys.path while inside: a console script does not have it

@@ -275,11 +275,11 @@ class _Labeller:
         cache) has it wrapped again by each call. Torch wraps a call's output as the call
         returns, so the calls (here in the order they returned) took those wrappers in the
         order they were made, each after the call's own input wrapper (made as it began)."""
+        after = -1 if wrapper_in is None else self.made(wrapper_in)
         for index in call.outputs:
             position = self.view.raw_position(index)
             if position is None:
                 continue
-            after = -1 if wrapper_in is None else self.made(wrapper_in)
             wrappers = sorted(
                 (self.made(consumer), consumer)
                 for consumer, _ in self.view.raw_consumers.get(position, [])

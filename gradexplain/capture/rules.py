@@ -40,6 +40,7 @@ PLAIN = NodeFacts()
 # shape, which the formula then says.
 _ELEMENTWISE = frozenset({"MulBackward0", "DivBackward0", "AddBackward0", "SubBackward0"})
 _SUPERSCRIPTS = str.maketrans("0123456789-", "⁰¹²³⁴⁵⁶⁷⁸⁹⁻")
+SUMMED = ", summed over the broadcast dims"  # a share the engine summed back to its shape
 
 
 @dataclass(frozen=True)
@@ -141,7 +142,7 @@ def local_derivatives(node: str, inputs: Sequence[str], output: str,
     formulas = list(_with_facts(node, list(rule(inputs, output)), inputs, facts))
     formulas += [_generic(node, index) for index in range(len(formulas), len(inputs))]
     if node in _ELEMENTWISE:
-        formulas = [formula + ", summed over the broadcast dims"
+        formulas = [formula + SUMMED
                     if index < len(facts.summed) and facts.summed[index] else formula
                     for index, formula in enumerate(formulas)]
     return formulas[: len(inputs)], True
@@ -163,7 +164,7 @@ def _with_facts(node: str, formulas: list[str], inputs: Sequence[str],
     elif node == "AddmmBackward0" and len(formulas) > 2:
         summed = len(facts.summed) > 0 and facts.summed[0]
         formulas[0] = (f"{beta}Σ_rows g" if facts.rows else
-                       f"{beta}g" + (", summed over the broadcast dims" if summed else ""))
+                       f"{beta}g" + (SUMMED if summed else ""))
         formulas[1] = f"{alpha}g · {names[2]}ᵀ"
         formulas[2] = f"{alpha}{names[1]}ᵀ · g"
     elif node == "ConvolutionBackward0" and facts.transposed and formulas:

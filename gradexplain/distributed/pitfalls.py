@@ -12,6 +12,7 @@ from gradexplain.distributed.label import Setup
 from gradexplain.records.distributed import Pitfall, RankPass, RankWalk
 from gradexplain.records.numbers import fmt_value
 from gradexplain.records.trace import TensorValue
+from gradexplain.records.walk import PassWalk
 
 # Each finder reads the ranks' records and how the walk ran (its wrapping and DDP's options),
 # never the wording of a record.
@@ -28,6 +29,11 @@ def _final(rank_pass: RankPass, name: str) -> TensorValue | None:
 
 def _main_pass(rank: RankWalk) -> RankPass | None:
     return rank.pass_named("full") or (rank.passes[0] if rank.passes else None)
+
+
+def _walk_pass(rank: RankWalk, rank_pass: RankPass) -> PassWalk:
+    """The rank's own walk of the pass `rank_pass` reads (its events, by seq)."""
+    return next(item for item in rank.walk.passes if item.mode == rank_pass.mode)
 
 
 def post_accumulate_local(ranks: Sequence[RankWalk], setup: Setup) -> Pitfall | None:
@@ -55,7 +61,7 @@ def _local_hook(ranks: Sequence[RankWalk], hook: str, key: str, title: str,
     rank_pass = _main_pass(ranks[0]) if len(ranks) > 1 else None
     if rank_pass is None:
         return None
-    walk_pass = next(item for item in ranks[0].walk.passes if item.mode == rank_pass.mode)
+    walk_pass = _walk_pass(ranks[0], rank_pass)
     events = {event.seq: event for event in walk_pass.events}
     found = []
     for scoped in rank_pass.scoped:
@@ -90,7 +96,7 @@ def _counterparts(ranks: Sequence[RankWalk], hook: str,
         rank_pass = _main_pass(rank)
         if rank_pass is None:
             continue
-        walk_pass = next(item for item in rank.walk.passes if item.mode == rank_pass.mode)
+        walk_pass = _walk_pass(rank, rank_pass)
         match = next((event for event in walk_pass.events
                       if event.hook == hook and event.target == target and event.args), None)
         if match is not None:
@@ -164,7 +170,7 @@ def unused_stops_the_all_reduce(ranks: Sequence[RankWalk], setup: Setup) -> Pitf
 
 def _parameters(rank: RankWalk, rank_pass: RankPass) -> set[str]:
     """The parameters of a rank's pass: those whose hooks were read (fired or silent)."""
-    walk_pass = next(item for item in rank.walk.passes if item.mode == rank_pass.mode)
+    walk_pass = _walk_pass(rank, rank_pass)
     events = {event.seq: event.target for event in walk_pass.events}
     return ({item.target for item in rank_pass.silent}
             | {events[item.seq] for item in rank_pass.scoped if item.seq in events})
@@ -194,7 +200,7 @@ def fsdp_post_accumulate_mean(ranks: Sequence[RankWalk], setup: Setup) -> Pitfal
     scoped = rank_pass.scoped[0]
     if scoped.whose.scope != "mean":
         return None
-    walk_pass = next(item for item in ranks[0].walk.passes if item.mode == rank_pass.mode)
+    walk_pass = _walk_pass(ranks[0], rank_pass)
     event = next(item for item in walk_pass.events if item.seq == scoped.seq)
     return Pitfall("fsdp_post_accumulate_mean",
                    "under FSDP2, post-accumulate-grad hooks see the averaged shard",
