@@ -15,6 +15,7 @@ from collections.abc import Iterable
 
 from gradexplain.analysis.verdict import align, verdict
 from gradexplain.records.diff import ArgRow, CallDiff, Finding, HookDiff, ModuleDiff, unique
+from gradexplain.records.graph import GraphView
 from gradexplain.records.names import canonical_name
 from gradexplain.records.paths import module_title
 from gradexplain.records.refusals import refusal_text
@@ -33,8 +34,9 @@ def compare(session: Session) -> HookDiff:
     legacy_calls = _hook_calls(legacy_pass, "backward")
     full_calls = _hook_calls(full_pass, "full_backward")
     modules = []
+    view = GraphView(legacy)
     for module in _modules(legacy):
-        comparer = _Module(session, module, legacy, full)
+        comparer = _Module(session, module, legacy, full, view)
         modules.append(comparer.diff(legacy_calls.get(module, {}), full_calls.get(module, {})))
     return HookDiff(walk.spec, walk.name, walk.torch, tuple(modules), full_pass.graph_changed)
 
@@ -67,8 +69,9 @@ class _Module:
     """One module: its calls in both traces, and the words to explain them."""
 
     def __init__(self, session: Session, module: str, legacy: PassTrace,
-                 full: PassTrace) -> None:
+                 full: PassTrace, view: GraphView) -> None:
         self.session = session
+        self.view = view  # the legacy pass's graph, which names what the trace left unnamed
         self.naming = session.walk.naming
         self.module = module
         self.legacy = legacy
@@ -97,14 +100,28 @@ class _Module:
 
     def argument_name(self, call: ModuleCall, index: int) -> str | None:
         tensors = call.arguments or call.inputs
-        return self.record_name(self.legacy, tensors[index])
+        return self.record_name(self.legacy, tensors[index]) or self.graph_tensor_name(
+            tensors[index])
+
+    def graph_tensor_name(self, index: int | None) -> str | None:
+        """The name labels give a tensor of the legacy pass: its own, or for one the model
+        made without a name (`self.s * 2` in a Python model's own forward) the name its place
+        in the graph gets (`output:mul`); None for no tensor, or one outside the graph."""
+        position = self.view.raw_position(index)
+        return None if position is None else self.view.tensor_name(position)
+
+    def tensor_names(self, index: int | None) -> set[str]:
+        """Every name a tensor of the legacy pass goes by."""
+        record = self.record(self.legacy, index)
+        names = set(record.names) if record else set()
+        graph_name = self.graph_tensor_name(index)
+        return names if graph_name is None else names | {graph_name}
 
     def argument_names(self, call: ModuleCall, index: int) -> set[str]:
         """Every name the module's `index`-th argument goes by (the caller's and its own)."""
         names: set[str] = set()
         for tensors in (call.arguments, call.inputs):
-            record = self.record(self.legacy, tensors[index] if index < len(tensors) else None)
-            names |= set(record.names) if record else set()
+            names |= self.tensor_names(tensors[index] if index < len(tensors) else None)
         return names
 
     def graph_name(self, trace: PassTrace, node: str | None) -> str | None:
@@ -206,8 +223,11 @@ class _Module:
                   "summed": ", before the broadcast sum"}[meaning.layout]
         part = f", only the part via {meaning.partial}" if meaning.partial else ""
         position = self.argument_index(call, meaning)
+        keyword = self.keyword_of(call, meaning)
         if position is not None:
             what = f"{module_title(self.module)}'s argument {position} ({short})"
+        elif keyword is not None:
+            what = f"{module_title(self.module)}'s keyword argument {keyword} ({short})"
         elif self.is_output(call, meaning):
             what = f"{module_title(self.module)}'s output {short}"
         elif self.is_leaf(meaning.wrt):
@@ -225,6 +245,12 @@ class _Module:
             if names & self.argument_names(call, index):
                 return index
         return None
+
+    def keyword_of(self, call: ModuleCall, meaning: Meaning) -> str | None:
+        """The keyword the tensor a label names was passed to the module by, if it was."""
+        names = {meaning.wrt, *meaning.aliases}
+        return next((keyword for keyword, index in call.keywords
+                     if names & self.tensor_names(index)), None)
 
     def is_output(self, call: ModuleCall, meaning: Meaning) -> bool:
         names = {meaning.wrt, *meaning.aliases}
@@ -299,6 +325,11 @@ class _Module:
         if self.is_output(call, meaning):
             return (f"legacy {arg.name} is {meaning.text}: the gradient of {module}'s own "
                     f"output {short}, as {node} saw it, not of an input")
+        keyword = self.keyword_of(call, meaning)
+        if keyword is not None:
+            return (f"legacy {arg.name} is {meaning.text}: the gradient of {module}'s keyword "
+                    f"argument {keyword} ({short}), an operand of {node} (full hooks give "
+                    "grad_input for positional arguments only)")
         if meaning.layout == "transposed":
             return (f"legacy {arg.name} is {meaning.text}: the gradient of {short}, transposed, "
                     f"as {node} used it (full hooks never give parameter gradients)")

@@ -111,6 +111,8 @@ class ModuleTerms(Protocol):
 
     def argument_index(self, call: ModuleCall, meaning: Meaning) -> int | None: ...
 
+    def keyword_of(self, call: ModuleCall, meaning: Meaning) -> str | None: ...
+
     def is_leaf(self, name: str) -> bool: ...
 
     def tensor_words(self, name: str) -> str: ...
@@ -171,10 +173,18 @@ class _Differs:
         if not extras:
             return self.reordered(head, moved)
         what = self.kept(moved)
-        added = ", ".join(meaning.text for meaning in extras)
-        clause = (f"{head}: {what}, and it adds {added}, which "
-                  f"{'is not' if len(extras) == 1 else 'are not'} {self.module}'s "
-                  f"{self.inputs_word(len(extras))}")
+        others = [meaning for meaning in extras if self.keyword(meaning) is None]
+        added = []
+        if others:
+            added.append(f"{', '.join(meaning.text for meaning in others)}, which "
+                         f"{'is not' if len(others) == 1 else 'are not'} {self.module}'s "
+                         f"{self.inputs_word(len(others))}")
+        passed = [f"{meaning.text} (its keyword argument {self.keyword(meaning)})"
+                  for meaning in extras if meaning not in others]
+        if passed:
+            added.append(f"{', '.join(passed)}, which full hooks leave out: their grad_input "
+                         "has positional arguments only")
+        clause = f"{head}: {what}, and it adds {'; and '.join(added)}"
         first = (["use register_full_backward_hook to get "
                   f"{_listed([self.full[index] for index in moved])} by argument"]
                  if moved else [])
@@ -226,6 +236,10 @@ class _Differs:
                 f"{self.module}'s argument order: use register_full_backward_hook to get them "
                 "by argument")
 
+    def keyword(self, meaning: Meaning) -> str | None:
+        """The keyword argument of the module a derivative is of, if it is one."""
+        return self.terms.keyword_of(self.module_call, meaning)
+
     def extras(self) -> list[Meaning]:
         """legacy's derivatives that full does not give, in legacy's order."""
         taken = self.inputs.taken()
@@ -239,7 +253,11 @@ class _Differs:
             if self.terms.argument_index(self.module_call, meaning) is not None:
                 continue  # a module argument in another layout or share: full hooks give it
             wanted = f"∂{meaning.of}/∂{self.terms.naming.short(meaning.wrt)}"
-            if self.terms.is_leaf(meaning.wrt):
+            keyword = self.keyword(meaning)
+            if keyword is not None:
+                advice.append(f"pass {keyword} positionally for register_full_backward_hook "
+                              f"to give {wanted}")
+            elif self.terms.is_leaf(meaning.wrt):
                 advice.append(f"read {meaning.wrt}.grad or use a post-accumulate-grad hook "
                               f"for {wanted}")
             elif ":" not in meaning.wrt and "#" not in meaning.wrt:

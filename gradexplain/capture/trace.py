@@ -115,7 +115,10 @@ class _Recorder:
         # The node whose pre-hooks ran last: module backward hooks are post-hooks of that node.
         self.current_node: Node | None = None
         self.calls: list[ModuleCall] = []
-        self.arguments: dict[str, list[tuple[int | None, ...]]] = {}
+        # Each module's calls under way: the tensors its forward pre-hook saw, positional and
+        # by keyword, until its forward hook makes the call's record.
+        self.arguments: dict[str, list[tuple[tuple[int | None, ...],
+                                             tuple[tuple[str, int], ...]]]] = {}
         self.runs: list[Run] = []
         # What the top-level model returned, by the names it returns them under: with full hooks
         # these are BackwardHookFunction views of the tensors named inside the model.
@@ -290,7 +293,8 @@ class _Recorder:
     def register_module_hooks(self, hooks: ExitStack) -> None:
         refused = {refusal.module for refusal in self.refusals}
         for path, module in self.built.model.named_modules():
-            hooks.enter_context(module.register_forward_pre_hook(self.forward_pre_hook(path)))
+            hooks.enter_context(module.register_forward_pre_hook(self.forward_pre_hook(path),
+                                                                 with_kwargs=True))
             hooks.enter_context(module.register_forward_hook(self.forward_hook(path)))
             if self.mode == "legacy":
                 hooks.enter_context(
@@ -333,11 +337,14 @@ class _Recorder:
         return self.tensor_objects[self.name_owner[name]]
 
     def forward_pre_hook(self, path: str) -> Any:
-        def hook(module: nn.Module, inputs: tuple[Any, ...]) -> None:
+        def hook(module: nn.Module, inputs: tuple[Any, ...], keywords: dict[str, Any]) -> None:
             if self.built.wrapper is not None:
                 self.name_gathered(path, module)
             args = self.args("input", inputs)
-            self.arguments.setdefault(path, []).append(tuple(arg.tensor for arg in args))
+            by_keyword = tuple((name, self.index(value)) for name, value in keywords.items()
+                               if isinstance(value, torch.Tensor))
+            self.arguments.setdefault(path, []).append(
+                (tuple(arg.tensor for arg in args), by_keyword))
             self.record("forward_pre", path, None, args)
         return self.live(hook)
 
@@ -363,13 +370,16 @@ class _Recorder:
             if self.auto_names and path:
                 self.name_outputs(path, outputs)
             first = next((item for item in outputs if isinstance(item, torch.Tensor)), None)
+            arguments, keywords = (self.arguments[path].pop() if self.arguments.get(path)
+                                   else ((), ()))
             self.calls.append(ModuleCall(
                 path,
                 tuple(arg.tensor for arg in args if arg.name.startswith("input")),
                 tuple(arg.tensor for arg in args if arg.name.startswith("output")),
                 self.node_id(None if first is None else first.grad_fn),
-                self.arguments[path].pop() if self.arguments.get(path) else (),
+                arguments,
                 _returned_argument(inputs, first),
+                keywords,
             ))
         return self.live(hook)
 

@@ -165,7 +165,8 @@ class ModuleCall:
     `inputs` are the tensors forward saw (with full hooks: BackwardHookFunction views);
     `arguments` the caller's own tensors, as the forward pre-hook saw them. `returns_argument`
     is the argument the module returned as its first output as it got it, if it did: then the
-    legacy node is an op the caller made.
+    legacy node is an op the caller made. `keywords` are the tensors passed by keyword (name,
+    tensor), which full hooks leave out of grad_input: torch gives it positional arguments only.
     """
 
     module: str
@@ -174,6 +175,7 @@ class ModuleCall:
     legacy_node: str | None  # grad_fn of the first output tensor at return, if it has one
     arguments: tuple[int | None, ...] = ()
     returns_argument: int | None = None
+    keywords: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)
