@@ -189,6 +189,9 @@ class _Rank:
     received: bytearray = field(default_factory=bytearray)
     status: int | None = None  # os.waitpid's once reaped, or _UNKNOWN
     sent: list[signal.Signals] = field(default_factory=list)  # the signals the parent sent it
+    # Its pipe closed before the parent sent it any signal: it was ending by itself. Where
+    # SIGCHLD is ignored its wait status is lost, and this alone tells it from a rank stopped.
+    closed_unprompted: bool = False
 
     def kind(self) -> bytes | None:
         """What it sent (RESULT or RAISED), once the whole record is in; else None."""
@@ -215,6 +218,7 @@ class _Rank:
             if not chunk:
                 os.close(self.pipe)
                 self.pipe = None
+                self.closed_unprompted = not self.sent
             self.received += chunk
 
     def reap(self, block: bool) -> None:
@@ -242,7 +246,7 @@ class _Rank:
         exited, or a signal the parent had not sent killed it) was not stopped: its end is
         what made its peers raise, and it is the rank that failed."""
         if self.status is None or self.status == _UNKNOWN:
-            return bool(self.sent)
+            return bool(self.sent) and not self.closed_unprompted
         return os.WIFSIGNALED(self.status) and os.WTERMSIG(self.status) in self.sent
 
     def close_fds(self) -> None:
@@ -391,6 +395,7 @@ def _wait(ranks: list[_Rank], seconds: float) -> None:
 def _stop(ranks: list[_Rank]) -> None:
     """Every rank still running stopped and reaped: SIGTERM, then SIGKILL after a grace."""
     for rank in ranks:
+        rank.read()  # a pipe closed by now was closed by the rank ending, not by a signal
         rank.reap(block=False)
     for rank in ranks:
         rank.send(signal.SIGTERM)

@@ -15,8 +15,10 @@ import math
 import os
 import signal
 import socket
+import struct
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -34,6 +36,7 @@ from gradexplain.distributed.launch import (
     launch,
     run_ranks,
 )
+from gradexplain.distributed.rank import RAISED, Raised
 from gradexplain.errors import BadInput, RankFailed, RanksTimedOut, UsageError
 from tests.helpers.cli import REPO
 
@@ -481,3 +484,41 @@ def test_ranks_die_with_a_parent_killed_by_sigkill(tmp_path: Path) -> None:
     while any(_alive(pid) for pid in pids) and time.monotonic() < end:
         time.sleep(0.05)
     assert not any(_alive(pid) for pid in pids)
+
+
+def _rank_process(rank: int, action: str) -> launcher._Rank:
+    """A process followed as a rank: its pipe's write end is handed to it, and it runs
+    `action` (Python, with the end as `fd`), then sleeps until it is stopped."""
+    read_end, write_end = os.pipe()
+    process = subprocess.Popen(
+        [sys.executable, "-c", f"import os, sys, time\nfd = {write_end}\n{action}\n"
+         "time.sleep(60)"], pass_fds=(write_end,))
+    os.close(write_end)
+    os.set_blocking(read_end, False)
+    stderr = tempfile.TemporaryFile()  # noqa: SIM115 (closed by the test, as the launcher does)
+    return launcher._Rank(rank, process.pid, read_end, stderr, None)
+
+
+def test_a_rank_ending_by_itself_is_named_though_its_wait_status_is_lost(
+        sigchld_ignored: None) -> None:
+    """With SIGCHLD ignored a rank's wait status is gone. Rank 1 ends by itself (its pipe
+    closes, as at its exit) while its peer raises because it is gone; if the parent signals
+    rank 1 before the system has reaped it, rank 1 is still the rank that failed, not one the
+    parent stopped. Without a wait status, its pipe closing before any signal says so."""
+    raised = Raised("RuntimeError", "Connection reset by peer", 1, time.monotonic(), None)
+    record = RAISED + struct.pack("!Q", len(raised.encode())) + raised.encode()
+    peer = _rank_process(0, f"os.write(fd, {record!r}); os.close(fd)")
+    ending = _rank_process(1, "os.close(fd)")
+    ranks = [peer, ending]
+    deadline = time.monotonic() + GUARD
+    while any(rank.pipe is not None for rank in ranks) and time.monotonic() < deadline:
+        for rank in ranks:
+            rank.read()
+        time.sleep(0.01)
+    launcher._stop(ranks)  # rank 1 is alive still: the parent's SIGTERM ends it
+    assert ending.sent and ending.status is not None
+    failure = launcher._failure(ranks)
+    for rank in ranks:
+        rank.stderr.close()
+    assert failure.rank == 1
+    assert str(failure) == "rank 1 failed: it ended before it sent its result"
