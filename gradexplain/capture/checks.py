@@ -152,6 +152,25 @@ class _Expected:
         return tuple(self.summary.tolist())
 
 
+# Why a value recorded as a summary holding a nan or an inf is not checked (`says_too_little`).
+NOT_FINITE_SUMMARY = (
+    "recorded as a summary (it has more elements than the value limit), and a nan or an inf "
+    "makes its min, max, mean and norm nan or inf whatever its other values are, so no check "
+    "can tell it from another value of its shape; up to 10,000 elements are recorded whole "
+    "with --max-values 10000 (explain(..., max_values=10_000))")
+
+
+def says_too_little(value: TensorValue | None) -> str | None:
+    """Why `value` cannot be checked, if it cannot: a summary with a nan or an inf in it. One
+    nan anywhere makes two tensors' summaries agree (nan with nan), and a check would verify
+    a value whose every finite entry is wrong. None where a check means what it says."""
+    summary = None if value is None or value.value is not None else value.summary
+    if summary is None or all(math.isfinite(number) for number in (
+            summary.min, summary.max, summary.mean, summary.norm)):
+        return None
+    return NOT_FINITE_SUMMARY
+
+
 def check(value: TensorValue | None, expected: torch.Tensor) -> Check:
     """Compare a recorded value with the independently computed one."""
     known = remembered(expected, "expected", _Expected)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from gradexplain.capture.checks import check
+from gradexplain.capture.checks import check, says_too_little
 from gradexplain.capture.replay import Replay, RunValues
 from gradexplain.records.frozen import quick_init
 from gradexplain.records.graph import Edge, GraphView, Position
@@ -68,6 +68,9 @@ class ClaimChecker:
             return Evaluated(None, str(reason))
         except ClaimError as error:
             return Evaluated(Check(False, math.inf, None, str(error)))
+        too_little = says_too_little(value)
+        if too_little is not None and tuple(value.shape) == tuple(expected.shape):
+            return Evaluated(None, too_little)
         return Evaluated(check(value, expected))
 
     def expected(self, meaning: Meaning, runs: tuple[int, ...],

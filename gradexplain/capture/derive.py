@@ -13,7 +13,7 @@ from dataclasses import dataclass, fields, is_dataclass, replace
 import torch
 from torch.autograd.graph import Node
 
-from gradexplain.capture.checks import check
+from gradexplain.capture.checks import check, says_too_little
 from gradexplain.capture.label import VIEWS
 from gradexplain.capture.replay import Replay, RunValues
 from gradexplain.capture.rules import NodeFacts, local_derivatives
@@ -173,7 +173,7 @@ def _line(view: GraphView, values: RunValues, shown_output: dict[int, list[int]]
         seen = traced[0] if traced else None
         changer = changed_by(None)
         result = (None if seen is None or upstream is None or changer is not None
-                  else check(seen, upstream))
+                  or says_too_little(seen) else check(seen, upstream))
         term = Term(output, f"{naming.short(output)}.grad += g", tensor_value(upstream), result,
                     modified_by=changer, at=(rank, 0))
         return DerivationLine(name, output, tensor_value(upstream), (term,), True,
@@ -207,7 +207,8 @@ def _line(view: GraphView, values: RunValues, shown_output: dict[int, list[int]]
             continue  # no input there, or torch did not need it in this call
         share = values.edges.get((rank, index))
         changer = changed_by(index)
-        result = None if share is None or changer is not None else check(seen, share)
+        result = (None if share is None or changer is not None or says_too_little(seen)
+                  else check(seen, share))
         terms.append(Term(wrt, formula, tensor_value(share), result, modified_by=changer,
                           at=names.place(below[index]), edge=index))
     return DerivationLine(name, output, tensor_value(upstream), tuple(terms), has_rule,

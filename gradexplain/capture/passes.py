@@ -11,7 +11,7 @@ from collections import Counter
 
 import torch
 
-from gradexplain.capture.checks import check
+from gradexplain.capture.checks import check, says_too_little
 from gradexplain.capture.claims import ClaimChecker, Evaluated
 from gradexplain.capture.label import EventLabels
 from gradexplain.capture.lessons.torch_errors import explain_error
@@ -139,7 +139,7 @@ def _final_grads(trace: PassTrace, view: GraphView, replay: Replay,
                 found = _leaf_total(trace, view, replay, name, run.index)
                 if found is not None:
                     total = found if total is None else total + found
-            if total is not None or value is not None:
+            if (total is not None or value is not None) and not says_too_little(value):
                 result = check(value, total if total is not None
                                else torch.zeros(value.shape if value else ()))
         grads.append(FinalGrad(name, value, result))
@@ -195,8 +195,8 @@ def run_steps(spec: ModelSpec, trace: PassTrace, view: GraphView,
 def _accumulated(before: TensorValue | None, added: torch.Tensor | None,
                  after: TensorValue | None) -> Check | None:
     """Check `.grad` after a call against before + what the call computed for it."""
-    if before is not None and before.value is None:
-        return None  # summarised: too large to add up here
+    if (before is not None and before.value is None) or says_too_little(after):
+        return None  # summarised: too large to add up here, or a summary saying too little
     if before is None and added is not None and added.is_floating_point():
         # Nothing to add to: the expected value is what the call added, in float64. A float
         # converts to float64 exactly, so that is its check (kept with the check run's own

@@ -21,7 +21,7 @@ from functools import cached_property
 
 import torch
 
-from gradexplain.capture.checks import check
+from gradexplain.capture.checks import check, says_too_little
 from gradexplain.distributed.accumulate import Accumulated, accumulated
 from gradexplain.distributed.reference import LocalRun, summed
 from gradexplain.language.model import DDPOptions, WrapKind
@@ -146,9 +146,11 @@ class _Reading:
                 why = None if changed_by is not None else "a backward call of the pass failed"
                 slots.append(BucketSlot(name, before, None, after, None, changed_by, why))
                 continue
-            after_check = None if after is None else _check(after, summed(handed))
-            slots.append(BucketSlot(name, before, _check(before, handed[self.rank]),
-                                    after, after_check))
+            after_check = (None if after is None or says_too_little(after)
+                           else _check(after, summed(handed)))
+            before_check = (None if says_too_little(before)
+                            else _check(before, handed[self.rank]))
+            slots.append(BucketSlot(name, before, before_check, after, after_check))
         return CheckedBucket(call.index, call.run, call.after_seq, tuple(slots))
 
     def ddp_grad(self, grad: FinalGrad) -> DistributedGrad:
@@ -168,8 +170,7 @@ class _Reading:
             return DistributedGrad(grad.name, grad.value, whose, None,
                                    "a backward call of the pass failed")
         expected = found.after[max(found.after)][self.rank]
-        return DistributedGrad(grad.name, grad.value, whose,
-                               _check(grad.value, expected))
+        return DistributedGrad(grad.name, grad.value, whose, *_checked(grad.value, expected))
 
     def ddp_whose(self, name: str) -> Whose:
         """Whose gradient `name`'s .grad is at the end of the pass, from the calls DDP
@@ -237,8 +238,7 @@ class _Reading:
             return ScopedArg(event.seq, event.args[0].name, whose, None,
                              "a backward call of the pass failed")
         expected = found.after[event.run][self.rank]
-        return ScopedArg(event.seq, event.args[0].name, whose,
-                         _check(value, expected))
+        return ScopedArg(event.seq, event.args[0].name, whose, *_checked(value, expected))
 
     def changed_by(self, name: str) -> str | None:
         """The user's hook that changed `name`'s gradient on this rank in this pass, if any."""
@@ -296,7 +296,7 @@ class _Reading:
                     continue
                 expected = None if found is None else found.after.get(run.run)
                 after = next((leaf.after for leaf in run.leaves if leaf.name == name), None)
-                checks[(run.run, name)] = (None if expected is None
+                checks[(run.run, name)] = (None if expected is None or says_too_little(after)
                                            else _check(after, expected[self.rank]))
         return tuple(dataclasses.replace(step, leaves=tuple(
             dataclasses.replace(leaf, check=checks[(step.run, leaf.name)])
@@ -341,8 +341,7 @@ class _Reading:
         if not self.one_backward:
             return DistributedGrad(grad.name, grad.value, whose, None,
                                    "checked per hook: the pass ran more than one backward call")
-        return DistributedGrad(grad.name, grad.value, whose,
-                               _check(grad.value, expected))
+        return DistributedGrad(grad.name, grad.value, whose, *_checked(grad.value, expected))
 
     def summed_calls(self, upto: int | None) -> int:
         """The backward calls whose gradients .grad holds after call `upto` (None: all)."""
@@ -355,7 +354,7 @@ class _Reading:
         if not self.one_backward:
             return ScopedArg(event.seq, event.args[0].name, whose, None,
                              "the pass ran more than one backward call")
-        return ScopedArg(event.seq, event.args[0].name, whose, _check(value, expected))
+        return ScopedArg(event.seq, event.args[0].name, whose, *_checked(value, expected))
 
     def never_written(self, grad: FinalGrad) -> DistributedGrad:
         """A parameter's .grad in a pass of autograd.grad calls alone: they hand their
@@ -383,6 +382,13 @@ def shard_rows(full: torch.Tensor, world_size: int, rank: int) -> tuple[int, int
     size = math.ceil(rows / world_size)
     start = min(rows, rank * size)
     return start, min(rows, start + size)
+
+
+def _checked(value: TensorValue | None,
+             expected: torch.Tensor | None) -> tuple[Check | None, str | None]:
+    """`_check`, or no check and why, where the value's summary says too little."""
+    too_little = says_too_little(value)
+    return (None, too_little) if too_little is not None else (_check(value, expected), None)
 
 
 def _check(value: TensorValue | None, expected: torch.Tensor | None) -> Check:
