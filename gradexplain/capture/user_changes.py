@@ -17,7 +17,9 @@ of the same call) and it lies at or below the replaced place in the graph:
   nodes below the wrapper. The wrapper looks through to the same real position above and
   below it, so what arrives at the wrapper (its Node hooks' `grad_outputs`) is told apart by
   the node: it is not changed;
-- a post-accumulate-grad hook that edits `.grad` in place changes that leaf's `.grad` only.
+- a post-accumulate-grad hook that edits `.grad` in place changes that leaf's `.grad`, and what
+  the leaf's AccumulateGrad node post-hook is handed after it: torch runs post-accumulate
+  hooks inside that node, before its post-hooks, and a first gradient becomes `.grad` itself.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gradexplain.records.graph import Edge, GraphView, Position
+from gradexplain.records.names import canonical_name
 from gradexplain.records.trace import Event, PassTrace
 from gradexplain.records.walk import Meaning
 
@@ -104,6 +107,9 @@ class Changes:
                 continue  # what arrives at the wrapper whose hook replaced what leaves it
             if event.hook == "post_accumulate_grad" and event.target in change.leaves:
                 return change.function
+            if (event.hook == "node" and arg.startswith("grad_outputs")
+                    and self.accumulated_leaf(event.node_id) in change.leaves):
+                return change.function
             if located is None:
                 continue
             position, edges = located
@@ -115,6 +121,13 @@ class Changes:
                 if consumer in change.nodes or (consumer, number) in change.edges:
                     return change.function
         return None
+
+    def accumulated_leaf(self, node: str | None) -> str | None:
+        """The name of the leaf an AccumulateGrad node writes `.grad` of (None: another node)."""
+        found = None if node is None else self.view.nodes.get(node)
+        if found is None or found.variable is None:
+            return None
+        return canonical_name(self.trace.tensors[found.variable].names)
 
     def of_leaf(self, name: str, runs: tuple[int, ...]) -> str | None:
         """The user's hook that changed the `.grad` of leaf `name` in one of `runs`."""
