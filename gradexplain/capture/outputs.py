@@ -39,13 +39,30 @@ def _children(value: Any) -> list[tuple[str, Any]] | None:
     return None
 
 
-def tensor_parts(value: Any, path: OutputPath = ()) -> Iterator[tuple[OutputPath, torch.Tensor]]:
-    """Every tensor in `value` with its path, depth first in the container's own order."""
+# The deepest a model's output may nest containers: far beyond any real model's (an LSTM's is 2),
+# and well within Python's recursion limit, which a deeper one would exceed.
+OUTPUT_NESTING = 100
+
+
+def tensor_parts(value: Any, path: OutputPath = (),
+                 within: tuple[int, ...] = ()) -> Iterator[tuple[OutputPath, torch.Tensor]]:
+    """Every tensor in `value` with its path, depth first in the container's own order.
+    `within`: the ids of the containers it lies in, so that one holding itself is refused."""
     if isinstance(value, torch.Tensor):
         yield path, value
         return
-    for part, item in _children(value) or []:
-        yield from tensor_parts(item, (*path, part))
+    children = _children(value)
+    if not children:
+        return
+    if id(value) in within:
+        raise ModelRunError(f"the model's output holds itself: {python_form(path)} "
+                            f"is {_kind(value)} that contains itself; return tensors in "
+                            "containers without cycles")
+    if len(path) >= OUTPUT_NESTING:
+        raise ModelRunError(f"the model's output nests containers more than {OUTPUT_NESTING} "
+                            "deep; return its tensors less deeply nested")
+    for part, item in children:
+        yield from tensor_parts(item, (*path, part), (*within, id(value)))
 
 
 def select(output: Any, path: OutputPath, target: str) -> Any:
