@@ -84,7 +84,7 @@ class _Module:
                                ) if first else ()
         node = self.graph_name(legacy, first.legacy_node) if first else None
         self.last_node = node
-        self.made = self.record_name(legacy, first.outputs[0]) if first and first.outputs else None
+        self.made = self.legacy_made(first) if first else None
         self.step = self.step_text(self.made)
         # Why the full pass has no full hooks on this module, if torch refuses them.
         self.refusals = [item for item in full.refusals if item.module == module]
@@ -102,6 +102,22 @@ class _Module:
         tensors = call.arguments or call.inputs
         return self.record_name(self.legacy, tensors[index]) or self.graph_tensor_name(
             tensors[index])
+
+    def legacy_made(self, call: ModuleCall) -> str | None:
+        """The name of the output a legacy hook sits on the grad_fn of: torch's item [0] until
+        a tensor (`legacy_output`; a session saved before it was recorded: output 0)."""
+        index = call.legacy_output if call.legacy_output is not None else (
+            call.outputs[0] if call.outputs else None)
+        return self.record_name(self.legacy, index) or self.graph_tensor_name(index)
+
+    def first_output_words(self, call: ModuleCall) -> str:
+        """`first output z`, or for a nested result `first tensor output[0][0] (z)`."""
+        made = self.legacy_made(call)
+        named = f" {self.naming.short(made)}" if made else ""
+        nested = call.legacy_output is not None and (
+            not call.outputs or call.outputs[0] != call.legacy_output)
+        return (f"first tensor{named} (torch takes item [0] of the result until it finds a "
+                "tensor)" if nested else f"first output{named}")
 
     def graph_tensor_name(self, index: int | None) -> str | None:
         """The name labels give a tensor of the legacy pass: its own, or for one the model
@@ -262,12 +278,19 @@ class _Module:
     def legacy_findings(self, call: ModuleCall, event: LabelledEvent) -> Iterable[Finding]:
         module = module_title(self.module)
         node = event.node.removeprefix("torch::autograd::") if event.node else "?"
-        made = self.record_name(self.legacy, call.outputs[0]) if call.outputs else None
+        made = self.legacy_made(call)
         step = self.own_step(self.step_text(made))
         computes = f" (`{step}`)" if step else ""
-        yield Finding("attach", f"legacy sits on {node}, the grad_fn of {module}'s first "
-                      f"output{f' {self.naming.short(made)}' if made else ''}: the last op of its "
-                      f"forward{computes}; its grad_input follows that op's operands")
+        first = self.first_output_words(call)
+        if call.returns_argument is not None:
+            yield Finding("attach", f"legacy sits on {node}, the grad_fn of {module}'s {first}, "
+                          f"which is its argument {call.returns_argument} returned as it got "
+                          f"it: an op made before {module} ran, not one of its own; its "
+                          "grad_input follows that op's operands")
+        else:
+            yield Finding("attach", f"legacy sits on {node}, the grad_fn of {module}'s {first}: "
+                          f"the last op of its forward{computes}; its grad_input follows that "
+                          "op's operands")
         inputs = [arg for arg in event.args if arg.name.startswith("grad_input")]
         seen: set[int] = set()
         for position, arg in enumerate(inputs):
@@ -380,6 +403,22 @@ class _Module:
                 yield Finding("none", f"full {arg.name} is None: output {index} got no "
                               "gradient in this backward")
 
+    def no_grad_fn(self, call: ModuleCall, module: str) -> str:
+        """Why the tensor a legacy hook would sit on has no grad_fn, so that it never fires."""
+        record = self.record(self.legacy, call.legacy_output)
+        first = self.first_output_words(call)
+        if call.legacy_output is not None and record is None:
+            return f"{module}'s {first} has no grad_fn, so the hook was registered on nothing"
+        if record is None:
+            return (f"{module}'s result has no tensor where torch looks (item [0] until a "
+                    "tensor), so the hook was registered on nothing")
+        if record.is_leaf and record.requires_grad:
+            return (f"{module}'s {first} has no grad_fn (it returns a leaf unchanged), so the "
+                    "hook was registered on nothing")
+        return (f"{module}'s {first} does not require grad (an integer tensor, or one made "
+                "under no_grad or by detach), so it has no grad_fn and the hook was registered "
+                "on nothing")
+
     def needs_no_grad(self, call: ModuleCall, index: int) -> bool:
         tensors = call.arguments or call.inputs
         record = self.record(self.legacy, tensors[index] if index < len(tensors) else None)
@@ -395,12 +434,11 @@ class _Module:
             return
         if legacy is None:
             node = self.graph_name(self.legacy, call.legacy_node)
-            made = self.record_name(self.legacy, call.outputs[0]) if call.outputs else None
+            made = self.legacy_made(call)
             unused_first = full is not None and any(
                 arg.name == "grad_output[0]" and arg.value is None for arg in full.args)
             if call.legacy_node is None:
-                why = (f"{module}'s first output has no grad_fn (it returns a leaf unchanged), "
-                       "so the hook was registered on nothing")
+                why = self.no_grad_fn(call, module)
             elif unused_first:
                 why = (f"it sits on {node}, which made the first output "
                        f"{self.naming.short(made or '?')}; only a later output is used, so {node} "

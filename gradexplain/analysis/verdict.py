@@ -257,6 +257,10 @@ class _Differs:
             if keyword is not None:
                 advice.append(f"pass {keyword} positionally for register_full_backward_hook "
                               f"to give {wanted}")
+            elif self.terms.is_leaf(meaning.wrt) and meaning.partial:
+                # .grad holds every use's share summed: not the one share legacy gave.
+                advice.append(f"read {meaning.wrt}.grad for the whole {wanted} (legacy's is "
+                              f"only the part via {meaning.partial})")
             elif self.terms.is_leaf(meaning.wrt):
                 advice.append(f"read {meaning.wrt}.grad or use a post-accumulate-grad hook "
                               f"for {wanted}")

@@ -369,7 +369,7 @@ class _Recorder:
             self.record("forward", path, None, args)
             if self.auto_names and path:
                 self.name_outputs(path, outputs)
-            first = next((item for item in outputs if isinstance(item, torch.Tensor)), None)
+            first = _legacy_target(output)
             arguments, keywords = (self.arguments[path].pop() if self.arguments.get(path)
                                    else ((), ()))
             self.calls.append(ModuleCall(
@@ -380,6 +380,7 @@ class _Recorder:
                 arguments,
                 _returned_argument(inputs, first),
                 keywords,
+                None if first is None else self.index(first),
             ))
         return self.live(hook)
 
@@ -603,6 +604,27 @@ class _Recorder:
         return PassTrace(self.mode, tuple(self.events), tuple(tensors), graph,
                          tuple(self.calls), tuple(self.runs), grads, tuple(self.warnings),
                          tuple(self.user_hooks), self.refusals)
+
+
+def _legacy_target(output: Any) -> torch.Tensor | None:
+    """The tensor of a module's result whose grad_fn torch puts a legacy backward hook on, found
+    as torch finds it: item [0] until a tensor, a dict's first tensor value (so the first
+    tensor of a nested tuple's first part, not the first tensor at the top level). None where
+    that search finds no tensor."""
+    item = output
+    for _ in range(_NESTING):
+        if isinstance(item, torch.Tensor):
+            return item
+        try:
+            if isinstance(item, dict):
+                item = next(value for value in item.values() if isinstance(value, torch.Tensor))
+            elif isinstance(item, str):
+                return None
+            else:
+                item = item[0]
+        except Exception:  # torch raises there too, and that is said where it does
+            return None
+    return None
 
 
 def _endless_for_legacy_hooks(output: Any) -> bool:

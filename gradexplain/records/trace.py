@@ -167,6 +167,8 @@ class ModuleCall:
     is the argument the module returned as its first output as it got it, if it did: then the
     legacy node is an op the caller made. `keywords` are the tensors passed by keyword (name,
     tensor), which full hooks leave out of grad_input: torch gives it positional arguments only.
+    `legacy_output` is the tensor whose grad_fn a legacy hook sits on: torch takes the result's
+    item [0] until a tensor (a dict's first tensor value), so a nested tuple's first part.
     """
 
     module: str
@@ -176,6 +178,7 @@ class ModuleCall:
     arguments: tuple[int | None, ...] = ()
     returns_argument: int | None = None
     keywords: tuple[tuple[str, int], ...] = ()
+    legacy_output: int | None = None
 
 
 @dataclass(frozen=True)

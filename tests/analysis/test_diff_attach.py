@@ -1,0 +1,162 @@
+"""`gradexplain diff` on where a legacy hook sits and why it does not fire, for results that are
+not one tensor: torch puts the hook on the grad_fn of item [0] of the result until a tensor (a
+dict's first tensor value), so on a nested tuple's first part, and it fires for a dict or a
+list (the full hook does not). And its advice where legacy gave a parameter's share only. Each
+against plain torch's own hooks on the same module."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from gradexplain.analysis.diff import compare
+from gradexplain.api import explain
+from gradexplain.records.diff import ModuleDiff
+from tests.analysis.test_diff import close, hooked, module_of, only_call, row
+
+
+class Inner(nn.Module):
+    def __init__(self, result: Callable[[torch.Tensor], Any]) -> None:
+        super().__init__()
+        self.result = result
+
+    def forward(self, x: torch.Tensor) -> Any:
+        return self.result(x)
+
+
+class Outer(nn.Module):
+    """`n` returns `shape(x)`; the caller uses every tensor of it (`use`)."""
+
+    def __init__(self, result: Callable[[torch.Tensor], Any],
+                 use: Callable[[Any], torch.Tensor]) -> None:
+        super().__init__()
+        self.n = Inner(result)
+        self.use = use
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.use(self.n(x))
+
+
+def nested(x: torch.Tensor) -> Any:
+    return (x * 2, x * 3), x.exp()
+
+
+def use_nested(out: Any) -> torch.Tensor:
+    (a, b), c = out
+    result: torch.Tensor = a * b + c
+    return result
+
+
+def as_dict(x: torch.Tensor) -> Any:
+    return {"a": x * 2, "b": x.sin()}
+
+
+def use_dict(out: Any) -> torch.Tensor:
+    result: torch.Tensor = out["a"] * out["b"]
+    return result
+
+
+def as_list(x: torch.Tensor) -> Any:
+    return [x.sin(), x * 3]
+
+
+def use_list(out: Any) -> torch.Tensor:
+    result: torch.Tensor = out[0] + out[1]
+    return result
+
+
+def diff_of_n(result: Callable[[torch.Tensor], Any], use: Callable[[Any], torch.Tensor],
+              x: torch.Tensor) -> ModuleDiff:
+    return module_of(compare(explain(Outer(result, use), x).session), "n")
+
+
+def test_legacy_sits_where_torch_puts_it_on_a_tuple_a_dict_and_a_list() -> None:
+    x = torch.randn(2, 3, generator=torch.Generator().manual_seed(0)).requires_grad_()
+    for result, use, first in ((nested, use_nested, lambda out: out[0][0]),
+                               (as_dict, use_dict, lambda out: out["a"]),
+                               (as_list, use_list, lambda out: out[0])):
+        model = Outer(result, use)
+        given = x.detach().clone().requires_grad_()
+        torch_node = first(model.n(given)).grad_fn.name()
+        legacy_calls = hooked(model, ["n"], False, lambda: model(given).sum())  # noqa: B023
+        assert len(legacy_calls["n"]) == 1  # torch: legacy fires
+        n = diff_of_n(result, use, x)
+        assert n.last_node == torch_node
+        call = only_call(n)
+        assert call.legacy_seq is not None  # not "neither hook fired"
+        legacy, _, _ = row(call, "grad_input[0]")
+        assert close(legacy, legacy_calls["n"][0][0][0])
+        said = " ".join(finding.text for finding in n.findings())
+        assert f"legacy sits on {torch_node}" in said
+        assert "never fires: it sits on" not in said and "no gradient reached n" not in said
+
+
+def test_a_module_returning_its_argument_is_said_to_sit_on_the_callers_op() -> None:
+    class Top(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.n = Inner(lambda x: x)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            out: torch.Tensor = self.n(x.exp()) * 3
+            return out
+
+    x = torch.randn(2, 3, generator=torch.Generator().manual_seed(0)).requires_grad_()
+    made = x.detach().clone().requires_grad_().exp()
+    assert Top().n(made).grad_fn is made.grad_fn  # torch: n's output is the caller's op's
+    n = module_of(compare(explain(Top(), x).session), "n")
+    said = " ".join(finding.text for finding in n.findings())
+    assert "legacy sits on ExpBackward0" in said
+    assert "its argument 0 returned as it got it" in said
+    assert "the last op of its forward" not in said
+
+
+def test_a_first_output_without_grad_is_said_to_be_one() -> None:
+    def argmax_first(x: torch.Tensor) -> Any:
+        return x.argmax(1), x.sin() * 2
+
+    def use(out: Any) -> torch.Tensor:
+        second: torch.Tensor = out[1]
+        return second
+
+    x = torch.randn(2, 3, generator=torch.Generator().manual_seed(0)).requires_grad_()
+    model = Outer(argmax_first, use)
+    given = x.detach().clone().requires_grad_()
+    assert hooked(model, ["n"], False, lambda: model(given).sum())["n"] == []  # torch: never
+    n = diff_of_n(argmax_first, use, x)
+    said = " ".join(finding.text for finding in n.findings())
+    assert "legacy never fires" in said and "does not require grad" in said
+    assert "returns a leaf unchanged" not in said
+
+
+def test_the_advice_for_a_parameters_share_says_grad_holds_the_whole() -> None:
+    class Twice(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.p = nn.Parameter(torch.tensor([0.5, -1.0, 2.0]))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.sin(x * self.p) * self.p
+
+    class Top(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.m = Twice()
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            out: torch.Tensor = self.m(x)
+            return out
+
+    x = torch.randn(2, 3, generator=torch.Generator().manual_seed(0)).requires_grad_()
+    model = Top()
+    legacy = hooked(model, ["m"], False, lambda: model(x).sum())["m"][0][0]
+    reference = Top()
+    whole, = torch.autograd.grad(reference(x).sum(), reference.m.p)
+    share = next(item for item in legacy if item is not None and item.shape == whole.shape)
+    assert not torch.allclose(share, whole)  # p.grad is not the share legacy gave
+    m = module_of(compare(explain(Top(), x).session), "m")
+    assert "read m.p.grad for the whole ∂loss/∂p" in m.verdict
+    assert "read m.p.grad or use a post-accumulate-grad hook" not in m.verdict
