@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import warnings
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import replace
 from functools import partial
@@ -29,6 +29,7 @@ from torch import nn
 
 from gradexplain.capture.buckets import bucket_recorder
 from gradexplain.capture.build import Built, make_tensor, observe
+from gradexplain.capture.outputs import OUTPUT_NESTING
 from gradexplain.capture.user_hooks import user_hooks
 from gradexplain.capture.usercode import user_frame, with_article
 from gradexplain.capture.values import grad_outputs, still_stored, tensor_value
@@ -606,47 +607,34 @@ class _Recorder:
                          tuple(self.user_hooks), self.refusals)
 
 
-def _legacy_target(output: Any) -> torch.Tensor | None:
-    """The tensor of a module's result whose grad_fn torch puts a legacy backward hook on, found
-    as torch finds it: item [0] until a tensor, a dict's first tensor value (so the first
-    tensor of a nested tuple's first part, not the first tensor at the top level). None where
-    that search finds no tensor."""
+def _legacy_search(output: Any) -> Iterator[Any]:
+    """Each item of a module's result that torch's search for a legacy backward hook's tensor
+    visits, from the result itself: item [0] until a tensor, a dict's first tensor value.
+    It ends after a tensor, where torch's step would raise (None, an int, a dict without a
+    tensor: said by `usercode.not_a_tensor_returned`), or as deep as any real result nests."""
     item = output
-    for _ in range(_NESTING):
+    for _ in range(OUTPUT_NESTING):
+        yield item
         if isinstance(item, torch.Tensor):
-            return item
+            return
         try:
-            if isinstance(item, dict):
-                item = next(value for value in item.values() if isinstance(value, torch.Tensor))
-            elif isinstance(item, str):
-                return None
-            else:
-                item = item[0]
+            item = (next(value for value in item.values() if isinstance(value, torch.Tensor))
+                    if isinstance(item, dict) else item[0])
         except Exception:  # torch raises there too, and that is said where it does
-            return None
-    return None
+            return
+
+
+def _legacy_target(output: Any) -> torch.Tensor | None:
+    """The tensor whose grad_fn torch puts a legacy backward hook on: the first tensor of a
+    nested tuple's first part, not the first tensor at the top level. None where the search
+    finds none."""
+    visited = list(_legacy_search(output))
+    return visited[-1] if visited and isinstance(visited[-1], torch.Tensor) else None
 
 
 def _endless_for_legacy_hooks(output: Any) -> bool:
-    """Whether torch's search for a tensor in a module's result, which it makes for legacy
-    backward hooks (`var = var[0]` until a tensor; a dict's first tensor value), never ends:
-    a str's item [0] is a str again. Where it ends, on a tensor or an error torch raises
-    (None, an int: said by `usercode.not_a_tensor_returned`), False. Followed as far as any
-    real result nests."""
-    item = output
-    for _ in range(_NESTING):
-        if isinstance(item, (torch.Tensor, dict)):
-            return False
-        if isinstance(item, str):
-            return True
-        try:
-            item = item[0]
-        except Exception:  # torch raises it too, and that is said where it does
-            return False
-    return True
-
-
-_NESTING = 64
+    """Whether torch's search never ends: a str's item [0] is a str again."""
+    return any(isinstance(item, str) for item in _legacy_search(output))
 
 
 def _creation_order(nodes: Sequence[Node]) -> dict[Node, int]:
