@@ -305,10 +305,9 @@ class Walk:
         """Every check that failed, in the order they appear in the output."""
         return [item for item in self._checked() if not item.check.verified]
 
-    def _checked(self) -> Iterator[Failure]:
-        """Every check with where it was made and what it claimed (a Failure if it failed).
-
-        A call torch refused that the spec did not expect counts as a failed check."""
+    def run_checks(self) -> Iterator[Failure]:
+        """The backward calls' checks: each leaf's `.grad` after a call against before + what
+        it added, and a call torch refused that the spec did not expect (a failed check)."""
         for step in self.runs:
             where = f"run {step.run}, {step.kind} of {step.of}"
             for leaf in step.leaves:
@@ -319,8 +318,18 @@ class Walk:
                 yield Failure(None, where, f"a call torch refused ({step.error.category}), "
                               "which the spec did not expect (explained above)",
                               Check(False, math.inf, None))
+
+    def lesson_checks(self) -> Iterator[Failure]:
+        """The lessons' own checks (their identities, against the hook-free run)."""
         for lesson in self.lessons.all():
             yield from lesson.checked()
+
+    def _checked(self) -> Iterator[Failure]:
+        """Every check with where it was made and what it claimed (a Failure if it failed).
+
+        A call torch refused that the spec did not expect counts as a failed check."""
+        yield from self.run_checks()
+        yield from self.lesson_checks()
         for walk_pass in self.passes:
             for event in walk_pass.events:
                 for arg in event.args:

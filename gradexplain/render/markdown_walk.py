@@ -236,6 +236,13 @@ def _tallies(walk: Walk) -> list[tuple[str, int, int]]:
                        [grad.check for grad in walk_pass.grads]))
     groups.append(("chain rule terms", [term.check for derivation in walk.derivations
                                         for line in derivation.lines for term in line.terms]))
+    # The rest of what `Walk.checks` counts, so that the table adds up to the walk's total
+    # (rows only where there are such checks).
+    for what, items in (("backward calls: .grad before + added", walk.run_checks()),
+                        ("lessons", walk.lesson_checks())):
+        found = [item.check for item in items]
+        if found:
+            groups.append((what, list(found)))
     counted = []
     for what, checks in groups:
         done = [check for check in checks if check is not None]

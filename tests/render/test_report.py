@@ -52,6 +52,20 @@ def test_diff_matches_its_golden_file(spec: str, golden: object) -> None:
 
 
 @pytest.mark.parametrize("spec", SPEC_FILES)
+def test_every_total_the_report_gives_is_the_walks(spec: str) -> None:
+    """The summary, the checks table's last row and its closing line count the same checks:
+    every one the walk made (`walk` prints that count too)."""
+    text = report_of(spec)
+    walk = captured(spec).walk
+    totals = {int(found.replace(",", "")) for found in
+              re.findall(r"All ([\d,]+) checks verified", text)}
+    assert totals == {len(walk.checks())}
+    last_row = next(line for line in text.splitlines() if line.startswith("| **all**"))
+    cells = [cell.strip(" *") for cell in last_row.strip("|").split("|")]
+    assert int(cells[2].replace(",", "")) == len(walk.checks())
+
+
+@pytest.mark.parametrize("spec", SPEC_FILES)
 def test_report_is_well_formed_markdown(spec: str) -> None:
     text = report_of(spec)
     assert_markdown_well_formed(text)
