@@ -11,8 +11,8 @@ from collections.abc import Iterator
 from importlib.machinery import PathFinder
 from pathlib import Path
 
-TARGET = re.compile(r"^(?P<where>.+):(?P<attr>[A-Za-z_][\w.]*)$")
-_MODULE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
+TARGET = re.compile(r"^(?P<where>.+):(?P<attr>[^\W\d][\w.]*)$")
+_MODULE = re.compile(r"^[^\W\d]\w*(\.[^\W\d]\w*)*$")
 
 
 def is_python_target(text: str) -> bool:

@@ -8,6 +8,7 @@ side by side with the rest of the file.
 
 from __future__ import annotations
 
+import json
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -188,3 +189,17 @@ def test_explain_rejects_bad_arguments() -> None:
         explain(pymodels.make_two_inputs, (4, 3))
     with pytest.raises(GradexplainError, match="calling it with no arguments failed"):
         explain(pymodels.make_sized, (4, 3))
+
+
+def test_a_python_name_outside_ascii_walks(tmp_path: Path) -> None:
+    """Python takes `作る` and `modèle` as names (str.isidentifier); so does FILE.py:NAME, in the
+    file's name too."""
+    assert "作る".isidentifier() and "modèle".isidentifier()
+    source = ("import torch\nfrom torch import nn\n\ndef 作る():\n    torch.manual_seed(0)\n"
+              "    return nn.Linear(3, 2)\n\nmodèle = 作る\n")
+    (tmp_path / "modèles_名前.py").write_text(source, encoding="utf-8")
+    for name in ("作る", "modèle"):
+        result = run_cli("walk", f"modèles_名前.py:{name}", "--input", "4x3", "--format", "json",
+                         cwd=tmp_path)
+        assert result.code == 0, result.stderr
+        assert {"weight", "bias"} <= set(json.loads(result.stdout)["passes"][0]["grads"])
