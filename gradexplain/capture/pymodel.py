@@ -170,9 +170,14 @@ def as_module(found: Any, target: str, seed: int = 0) -> nn.Module:
 
 
 def _import_file(where: str) -> Any:
+    from gradexplain.files import UnreadableFile, regular_size
+
     path = Path(where)
-    if not path.is_file():
-        raise ModelLoadError(f"{where}: no such file")
+    try:
+        regular_size(path, sys.maxsize, where)  # a folder, a FIFO, a symlink loop: said so
+    except UnreadableFile as problem:
+        reason = "no such file" if problem.kind == "missing" else problem.reason
+        raise ModelLoadError(f"{where}: {reason}") from None
     # A name of its own per file, the same in every process (hash() of a str is not).
     digest = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:12]
     name = f"gradexplain_user_{path.stem}_{digest}"

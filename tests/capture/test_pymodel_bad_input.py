@@ -9,6 +9,7 @@ side by side with the rest of the file.
 from __future__ import annotations
 
 import json
+import os
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -203,3 +204,16 @@ def test_a_python_name_outside_ascii_walks(tmp_path: Path) -> None:
                          cwd=tmp_path)
         assert result.code == 0, result.stderr
         assert {"weight", "bias"} <= set(json.loads(result.stdout)["passes"][0]["grads"])
+
+
+@pytest.mark.parametrize(("kind", "said"), [("folder", "is a folder"), ("fifo", "is a pipe")])
+def test_a_model_file_that_is_no_regular_file_is_said_to_be_what_it_is(
+        kind: str, said: str, tmp_path: Path) -> None:
+    path = tmp_path / "model.py"
+    if kind == "folder":
+        path.mkdir()
+    else:
+        os.mkfifo(path)
+    result = run_cli("walk", "model.py:make", "--input", "4x3", cwd=tmp_path)
+    assert_one_error_line(result, [said])
+    assert "no such file" not in result.stderr
