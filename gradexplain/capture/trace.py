@@ -198,7 +198,7 @@ class _Recorder:
         self.tensor_names[index].append(name)
         self.name_owner[name] = index
         if first and hook and value.requires_grad:
-            self.hooks.enter_context(value.register_hook(self.tensor_hook(index)))
+            self.enter(self.hooks, value.register_hook(self.tensor_hook(index)))
 
     def name_gathered(self, path: str, module: nn.Module) -> None:
         """FSDP2 runs a module's forward on parameters it has all-gathered, tensors of their
@@ -294,24 +294,36 @@ class _Recorder:
     def register_module_hooks(self, hooks: ExitStack) -> None:
         refused = {refusal.module for refusal in self.refusals}
         for path, module in self.built.model.named_modules():
-            hooks.enter_context(module.register_forward_pre_hook(self.forward_pre_hook(path),
-                                                                 with_kwargs=True))
-            hooks.enter_context(module.register_forward_hook(self.forward_hook(path)))
+            self.enter(hooks, module.register_forward_pre_hook(self.forward_pre_hook(path),
+                                                               with_kwargs=True))
+            self.enter(hooks, module.register_forward_hook(self.forward_hook(path)))
             if self.mode == "legacy":
-                hooks.enter_context(
-                    module.register_backward_hook(self.backward_hook(path, "backward")))
+                self.enter(hooks, module.register_backward_hook(
+                    self.backward_hook(path, "backward")))
             elif path not in refused:
-                hooks.enter_context(
-                    module.register_full_backward_pre_hook(self.full_backward_pre_hook(path)))
-                hooks.enter_context(
-                    module.register_full_backward_hook(self.backward_hook(path, "full_backward")))
+                self.enter(hooks, module.register_full_backward_pre_hook(
+                    self.full_backward_pre_hook(path)))
+                self.enter(hooks, module.register_full_backward_hook(
+                    self.backward_hook(path, "full_backward")))
 
     def register_leaf_hooks(self, hooks: ExitStack) -> None:
         for name, tensor in self.built.leaves().items():
             self.named(name, tensor)
             if tensor.requires_grad:
-                hooks.enter_context(
-                    tensor.register_post_accumulate_grad_hook(self.post_accumulate_hook(name)))
+                self.enter(hooks, tensor.register_post_accumulate_grad_hook(
+                    self.post_accumulate_hook(name)))
+
+    def enter(self, hooks: ExitStack, handle: Any) -> None:
+        """A hook torch registered, to remove when the pass ends. torch returns a handle; a
+        model whose code replaced torch's registration (a monkeypatch) hands back something
+        else, and that is said as the model's doing, not as an error of gradexplain's."""
+        if not (hasattr(handle, "remove") and hasattr(handle, "__exit__")):
+            raise ModelRunError(
+                f"{self.target()}: registering a hook gave "
+                f"{'None' if handle is None else with_article(type(handle).__name__)}, not "
+                "torch's handle: the model's code has replaced one of torch's hook "
+                "registration functions, which gradexplain registers every hook through")
+        hooks.enter_context(handle)
 
     def register_node_hooks(self, hooks: ExitStack) -> None:
         """Hook every node reachable from what the spec differentiates, numbered breadth-first."""
@@ -325,8 +337,8 @@ class _Recorder:
             self.hooked.add(node)
             node_id = self.node_id(node)
             assert node_id is not None
-            hooks.enter_context(node.register_prehook(self.node_pre_hook(node)))
-            hooks.enter_context(node.register_hook(self.node_hook(node)))
+            self.enter(hooks, node.register_prehook(self.node_pre_hook(node)))
+            self.enter(hooks, node.register_hook(self.node_hook(node)))
             queue.extend(child for child, _ in node.next_functions if child is not None)
 
     def roots(self) -> list[torch.Tensor]:

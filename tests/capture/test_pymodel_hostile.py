@@ -694,3 +694,19 @@ def test_a_thread_the_model_left_printing_stays_out_of_the_json(tmp_path: Path) 
     assert result.code == 0, result.stderr[-2000:]
     assert json.loads(result.stdout)["passes"]
     assert "\x1b" not in result.stderr
+
+
+@pytest.mark.parametrize("replaced", ["nn.Module.register_full_backward_hook",
+                                      "nn.Module.register_forward_hook",
+                                      "torch.Tensor.register_hook"])
+def test_a_model_that_replaces_torchs_hook_registration_is_one_error(
+        replaced: str, tmp_path: Path) -> None:
+    """A model file that monkeypatches one of torch's hook registration functions to return
+    None: one line saying so (exit 2), where gradexplain's own registration failed as an
+    internal error."""
+    model = tmp_path / "patches.py"
+    model.write_text(f"import torch\nfrom torch import nn\n{replaced} = lambda *a, **k: None\n"
+                     "def make():\n    return nn.Sequential(nn.Linear(3, 2), nn.Tanh())\n")
+    result = run_separately("walk", f"{model}:make", "--input", "4x3")
+    message = one_error_line(result, "patches.py")
+    assert "replaced one of torch's hook registration functions" in message
