@@ -33,8 +33,13 @@ def claim_text(of: str, wrt: str, layout: Layout, via: tuple[Use, ...],
         text, latex = f"({text})ᵀ", rf"\left({latex}\right)^{{\top}}"
     elif layout == "reshaped":
         text, latex = f"{text}, reshaped", rf"\operatorname{{reshape}}\left({latex}\right)"
+    elif layout == "summed" and not summed_dims:
+        # An expand to the tensor's own shape (matmul expands a batched operand): no dim is
+        # summed, the value is the expansion's gradient.
+        text += f", of its expansion ({short} expanded to its own shape: nothing summed)"
+        latex += r"\ \text{(of its expansion, nothing summed)}"
     elif layout == "summed":
-        dims = ", ".join(str(dim) for dim in summed_dims) or "the broadcast dims"
+        dims = ", ".join(str(dim) for dim in summed_dims)
         word = "dim" if len(summed_dims) == 1 else "dims"
         text += f", before summing over {word} {dims} ({short} expanded)"
         latex += rf"\ \text{{(before summing over {word} {dims})}}"
