@@ -55,6 +55,11 @@ class CallDiff:
     findings: tuple[Finding, ...]
 
 
+# How an argument without a name is shown: not a tensor, or an unnamed tensor outside the
+# autograd graph (one that does not require grad: `x > 0`, a constant).
+UNNAMED_ARGUMENT = "(not a tensor, or one without grad)"
+
+
 @dataclass(frozen=True)
 class ModuleDiff:
     """A module's calls side by side, what it takes (`arguments`, canonical names; None for a
@@ -89,4 +94,5 @@ def unique(findings: list[Finding]) -> list[Finding]:
     return list(dict.fromkeys(findings))
 
 
-__all__ = ["ArgRow", "CallDiff", "Finding", "FindingKind", "HookDiff", "ModuleDiff", "unique"]
+__all__ = ["UNNAMED_ARGUMENT", "ArgRow", "CallDiff", "Finding", "FindingKind", "HookDiff",
+           "ModuleDiff", "unique"]

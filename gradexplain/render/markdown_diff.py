@@ -3,7 +3,7 @@ calls as a table, the reasons as bullets, the verdict in bold. Returns a string.
 
 from __future__ import annotations
 
-from gradexplain.records.diff import ArgRow, CallDiff, HookDiff, ModuleDiff
+from gradexplain.records.diff import UNNAMED_ARGUMENT, ArgRow, CallDiff, HookDiff, ModuleDiff
 from gradexplain.records.numbers import shape_label
 from gradexplain.records.paths import module_title
 from gradexplain.records.walk import LabelledArg
@@ -27,7 +27,7 @@ def diff_markdown(diff: HookDiff, level: int = 1) -> str:
 
 
 def module_markdown(module: ModuleDiff, level: int) -> str:
-    arguments = ", ".join(code(name) if name else "(not a tensor)" for name in module.arguments)
+    arguments = ", ".join(code(name) if name else UNNAMED_ARGUMENT for name in module.arguments)
     about = f"Arguments: {arguments or 'none'}."
     if module.last_node:
         about += f" The legacy hook sits on {code(module.last_node)}."

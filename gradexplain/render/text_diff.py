@@ -20,7 +20,7 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from gradexplain.records.diff import ArgRow, CallDiff, HookDiff, ModuleDiff
+from gradexplain.records.diff import UNNAMED_ARGUMENT, ArgRow, CallDiff, HookDiff, ModuleDiff
 from gradexplain.records.numbers import TEXT_ELEMENTS, fmt_shape, fmt_value
 from gradexplain.records.paths import module_title
 from gradexplain.records.trace import TensorValue
@@ -52,7 +52,7 @@ def diff_text(diff: HookDiff) -> RenderableType:
 
 def _module(module: ModuleDiff) -> RenderableType:
     head = Text.assemble((module_title(module.module), "bold cyan"))
-    arguments = ", ".join(name or "(not a tensor)" for name in module.arguments)
+    arguments = ", ".join(name or UNNAMED_ARGUMENT for name in module.arguments)
     head.append(f"  arguments: {arguments or 'none'}")
     if module.last_node:
         head.append(f"; legacy hook on {module.last_node}")

@@ -112,3 +112,37 @@ def test_passing_it_positionally_gives_full_hooks_its_gradient(made: bool) -> No
     assert None not in gate.arguments  # the tensor the forward made is an argument too
     assert "not one of gate's arguments" not in texts(gate)
     assert gate.verdict.startswith("legacy and full agree")
+
+
+def test_an_argument_without_grad_is_not_called_not_a_tensor() -> None:
+    """`m(x, x > 0)`: the mask is a tensor (torch's full hook gives it a grad_input entry) that
+    does not require grad, so it has no name; the diff no longer calls it "not a tensor"."""
+    from gradexplain.records.diff import UNNAMED_ARGUMENT
+    from gradexplain.render.console import plain_text
+    from gradexplain.render.text_diff import diff_text
+
+    class Masked(nn.Module):
+        def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+            return x * mask
+
+    class Top(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.m = Masked()
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            out: torch.Tensor = self.m(x.sin(), x > 0)
+            return out
+
+    x = torch.randn(2, 3, generator=torch.Generator().manual_seed(1)).requires_grad_()
+    model = Top()
+    seen: list[tuple[Any, ...]] = []
+    model.m.register_full_backward_hook(lambda _, grad_input, __: seen.append(grad_input))
+    model(x).sum().backward()
+    assert len(seen[0]) == 2  # torch: two tensor arguments
+    diff = compare(explain(Top(), x).session)
+    module = next(item for item in diff.modules if item.module == "m")
+    assert module.arguments[1] is None
+    text = plain_text(diff_text(diff))
+    assert f"arguments: {module.arguments[0]}, {UNNAMED_ARGUMENT}" in text
+    assert "(not a tensor)" not in text
