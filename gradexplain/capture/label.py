@@ -146,6 +146,11 @@ class _Labeller:
         self.reads: dict[tuple[Position, int], dict[str, list[int]]] = {}
         self.described: dict[tuple[int, Position, frozenset[Edge] | None, tuple[int, ...]],
                              Label] = {}
+        # Each tensor a call's forward got from its full hooks' wrapper, to the caller's own.
+        self.unwrapped: dict[int, int] = {
+            given: own for call in trace.calls
+            for given, own in zip(call.inputs, call.arguments, strict=False)
+            if given is not None and own is not None and given != own}
 
     def seed_chain(self, raw: Position | None) -> set[Position]:
         """The raw positions the seed gradient arrives at: the root and, when it is a full
@@ -427,11 +432,27 @@ class _Labeller:
         for tensors in (call.arguments, call.inputs):
             record = self.view.record(tensors[index] if index < len(tensors) else None)
             names += record.names if record else ()
+        if not names:
+            names = self.caller_names(call.arguments[index] if index < len(call.arguments)
+                                      else None)
         wrt = _canonical(names) if names else f"{call.module or 'model'} input {index}"
         short = self.naming.short(wrt)
         why = (f"no op in {call.module or 'the model'} uses {short}" if unused
                else f"{short} does not require grad")
         return self.zero_label(run, wrt, names, why)
+
+    def caller_names(self, tensor: int | None) -> list[str]:
+        """The names of the tensor a full hook's wrapper made `tensor` from, outward: an
+        enclosing module's full hooks hand its forward a new tensor for each argument, one
+        that does not require grad too (`y` given to the model reaches `m` as such a copy)."""
+        seen: set[int] = set()
+        while tensor is not None and tensor not in seen:
+            seen.add(tensor)
+            tensor = self.unwrapped.get(tensor)
+            record = self.view.record(tensor)
+            if record is not None and record.names:
+                return list(record.names)
+        return []
 
     def zero_label(self, run: Run, wrt: str, names: list[str], why: str) -> Label:
         """`∂of/∂wrt = 0 (why)`, checked against zeros."""

@@ -146,3 +146,38 @@ def test_an_argument_without_grad_is_not_called_not_a_tensor() -> None:
     text = plain_text(diff_text(diff))
     assert f"arguments: {module.arguments[0]}, {UNNAMED_ARGUMENT}" in text
     assert "(not a tensor)" not in text
+
+
+def test_zeros_for_an_argument_without_grad_name_the_callers_tensor() -> None:
+    """The model's own full hooks hand its forward a new tensor for `y` (which does not require
+    grad); `m` gets that copy. Full's zeros for it are ∂loss/∂y = 0, named after the caller's
+    y, not `m input 1`; plain torch's full hook gives zeros there."""
+
+    class Pair(nn.Module):
+        def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+            return b * a.sin()
+
+    class Top(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.m = Pair()
+
+        def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            out: torch.Tensor = self.m(x, y)
+            return out
+
+    x = torch.randn(2, 3, generator=torch.Generator().manual_seed(1)).requires_grad_()
+    y = torch.randn(2, 3, generator=torch.Generator().manual_seed(2))
+    model = Top()
+    seen: list[tuple[Any, ...]] = []
+    model.register_full_backward_hook(lambda *_: None)  # as the full pass hooks the model too
+    model.m.register_full_backward_hook(lambda _, grad_input, __: seen.append(grad_input))
+    model(x, y).sum().backward()
+    assert torch.equal(seen[0][1], torch.zeros(2, 3))  # torch: zeros for y
+    diff = compare(explain(Top(), x, y).session)
+    module = next(item for item in diff.modules if item.module == "m")
+    _, full, _ = row(only_call(module), "grad_input[1]")
+    assert full is not None and full.meaning is not None
+    assert full.meaning.wrt == "y" and full.meaning.kind == "zero"
+    assert close(full, torch.zeros(2, 3))
+    assert "m input 1" not in " ".join(row_.note for row_ in only_call(module).rows)
