@@ -240,7 +240,11 @@ class _Module:
         part = f", only the part via {meaning.partial}" if meaning.partial else ""
         position = self.argument_index(call, meaning)
         keyword = self.keyword_of(call, meaning)
-        if position is not None:
+        if position is not None and self.is_output(call, meaning):
+            # An in-place op made the output of the argument itself (ReLU(inplace=True)).
+            what = (f"{module_title(self.module)}'s output {short} (its argument {position}, "
+                    "changed in place)")
+        elif position is not None:
             what = f"{module_title(self.module)}'s argument {position} ({short})"
         elif keyword is not None:
             what = f"{module_title(self.module)}'s keyword argument {keyword} ({short})"

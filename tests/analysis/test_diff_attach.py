@@ -160,3 +160,27 @@ def test_the_advice_for_a_parameters_share_says_grad_holds_the_whole() -> None:
     m = module_of(compare(explain(Top(), x).session), "m")
     assert "read m.p.grad for the whole ∂loss/∂p" in m.verdict
     assert "read m.p.grad or use a post-accumulate-grad hook" not in m.verdict
+
+
+def test_an_in_place_modules_grad_output_is_its_output_changed_in_place() -> None:
+    """nn.ReLU(inplace=True) returns its argument, changed: grad_output[0] is the gradient of
+    that output (plain torch's legacy hook), said to be the output, not the argument."""
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            torch.manual_seed(0)
+            self.lin, self.act = nn.Linear(3, 3), nn.ReLU(inplace=True)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            out: torch.Tensor = self.act(self.lin(x)) * 2
+            return out
+
+    x = torch.randn(2, 3, generator=torch.Generator().manual_seed(0)).requires_grad_()
+    model = Block()
+    legacy = hooked(model, ["act"], False, lambda: model(x).sum())["act"][0]
+    act = module_of(compare(explain(Block(), x).session), "act")
+    call = only_call(act)
+    grad_output, _, _ = row(call, "grad_output[0]")
+    assert close(grad_output, legacy[1][0])  # torch: 2s, the gradient of act's output
+    note = next(item.note for item in call.rows if item.name == "grad_output[0]")
+    assert "act's output" in note and "changed in place" in note
