@@ -18,6 +18,7 @@ import torch
 
 from gradexplain.capture.remembered import remembered
 from gradexplain.capture.values import recorded_tensor, tensor_value
+from gradexplain.records.check import NOT_FINITE_SUMMARY
 from gradexplain.records.trace import Summary, TensorValue
 from gradexplain.records.walk import Check
 
@@ -150,14 +151,6 @@ class _Expected:
             # sign than min or max: no difference, nor error, changes with it).
             return (recorded.min, recorded.max, recorded.mean, recorded.norm)
         return tuple(self.summary.tolist())
-
-
-# Why a value recorded as a summary holding a nan or an inf is not checked (`says_too_little`).
-NOT_FINITE_SUMMARY = (
-    "recorded as a summary (it has more elements than the value limit), and a nan or an inf "
-    "makes its min, max, mean and norm nan or inf whatever its other values are, so no check "
-    "can tell it from another value of its shape; up to 10,000 elements are recorded whole "
-    "with --max-values 10000 (explain(..., max_values=10_000))")
 
 
 def says_too_little(value: TensorValue | None) -> str | None:

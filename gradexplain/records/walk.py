@@ -10,7 +10,7 @@ from dataclasses import dataclass, fields
 from functools import cached_property
 from typing import Literal
 
-from gradexplain.records.check import Check, Failure
+from gradexplain.records.check import NOT_FINITE_SUMMARY, Check, Failure
 from gradexplain.records.frozen import quick_init
 from gradexplain.records.lessons.activations import ActivationLesson
 from gradexplain.records.lessons.interventions import InterventionLesson
@@ -296,6 +296,12 @@ class Walk:
     def naming(self) -> Naming:
         """How this walk shows tensor names."""
         return Naming(self.whole_names, self.short_names)
+
+    def summaries_not_checked(self) -> int:
+        """How many labelled values went unchecked because their summary holds a nan or an inf
+        (`NOT_FINITE_SUMMARY`): said under the verdict, which counts checks made."""
+        return sum(1 for walk_pass in self.passes for event in walk_pass.events
+                   for arg in event.args if arg.not_checked == NOT_FINITE_SUMMARY)
 
     def checks(self) -> list[Check]:
         """Every check the walk made: hook arguments, final `.grad`s, chain-rule terms."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from gradexplain.analysis.pinned import pinned_view
+from gradexplain.records.check import summaries_not_checked_text
 from gradexplain.records.names import canonical_name
 from gradexplain.records.numbers import fmt, fmt_shape
 from gradexplain.records.pinned import ANSWER_TITLE, PinnedView
@@ -223,6 +224,9 @@ def checks_markdown(walk: Walk, level: int = 3) -> str:
     else:
         parts.append(f"✓ All {fmt(total)} checks verified against a hook-free run of the same "
                      "spec.")
+    unchecked = walk.summaries_not_checked()
+    if unchecked:
+        parts.append(alert("WARNING", escape(summaries_not_checked_text(unchecked)) + "."))
     return blocks(*parts)
 
 

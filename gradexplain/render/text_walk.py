@@ -14,6 +14,7 @@ from rich.padding import Padding
 from rich.text import Text
 
 from gradexplain.analysis.pinned import pinned_view
+from gradexplain.records.check import summaries_not_checked_text
 from gradexplain.records.numbers import fmt, fmt_value
 from gradexplain.records.paths import module_title
 from gradexplain.records.pinned import PinnedView
@@ -203,8 +204,12 @@ def display_node(name: str) -> str:
 
 def _verdict(walk: Walk) -> RenderableType:
     source = "model" if walk.whole_names else "spec"
-    return verdict_text(len(walk.checks()), walk.failures(),
-                        f"a hook-free run of the same {source}", "the hook-free run")
+    verdict = verdict_text(len(walk.checks()), walk.failures(),
+                           f"a hook-free run of the same {source}", "the hook-free run")
+    unchecked = walk.summaries_not_checked()
+    if not unchecked:
+        return verdict
+    return Group(verdict, Text(summaries_not_checked_text(unchecked), style="yellow"))
 
 
 def verdict_text(total: int, failures: Sequence[Failure], against: str,

@@ -12,7 +12,8 @@ import torch
 from torch import nn
 
 from gradexplain.api import explain
-from gradexplain.capture.checks import NOT_FINITE_SUMMARY, check, says_too_little
+from gradexplain.capture.checks import check, says_too_little
+from gradexplain.records.check import NOT_FINITE_SUMMARY
 from gradexplain.records.trace import Summary, TensorValue
 from gradexplain.records.walk import LabelledArg
 
@@ -97,3 +98,20 @@ def test_why_a_nan_summary_proves_nothing() -> None:
     finite = TensorValue((40, 40), "float32", None, Summary(1.0, 2.0, 1.5, 60.0))
     assert says_too_little(finite) is None
     assert says_too_little(TensorValue((2,), "float32", [math.nan, 1.0])) is None
+
+
+def test_the_verdict_says_how_many_values_went_unchecked() -> None:
+    """The verdict counts checks made; the values a nan summary left unchecked are counted
+    under it, in text and markdown, and not where nothing went unchecked."""
+    from gradexplain.records.check import summaries_not_checked_text
+    from gradexplain.render.console import plain_text
+
+    x = torch.randn(2, 40, generator=torch.Generator().manual_seed(1))
+    explanation = explain(Masked(40), x, max_values=1_000)
+    unchecked = [arg for arg in every_arg(1_000, 40, x) if arg.not_checked == NOT_FINITE_SUMMARY]
+    line = summaries_not_checked_text(len(unchecked))
+    assert unchecked and line.startswith(f"{len(unchecked)} labelled values not checked")
+    assert line in " ".join(plain_text(explanation.text(), width=400).split())
+    assert f"> [!WARNING]\n> {line}." in explanation.markdown()
+    whole = explain(Masked(40), x, max_values=10_000)
+    assert "not checked: recorded as summaries" not in plain_text(whole.text(), width=400)
