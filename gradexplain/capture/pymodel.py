@@ -164,6 +164,8 @@ def as_module(found: Any, target: str, seed: int = 0) -> nn.Module:
         raise ModelLoadError(with_place(f"{target}: calling it {described(error)}",
                                         error)) from error
     if not isinstance(made, nn.Module):
+        if inspect.iscoroutine(made) or inspect.isgenerator(made):
+            made.close()  # never run: closed, so that Python does not warn it was never awaited
         raise ModelLoadError(f"{target}: calling it returned "
                              f"{with_article(type(made).__name__)}, not an nn.Module")
     return made
@@ -237,10 +239,18 @@ def load_inputs(path: Path) -> tuple[torch.Tensor, ...]:
         raise ModelLoadError(f"--inputs {path}: not a tensor file torch can load safely "
                              f"({first_line(error)})") from error
     items = (loaded,) if isinstance(loaded, torch.Tensor) else loaded
-    if not isinstance(items, (tuple, list)) or not items or not all(
-            isinstance(item, torch.Tensor) for item in items):
+    if not isinstance(items, (tuple, list)):
         raise ModelLoadError(f"--inputs {path}: expected a tensor or a list of tensors, found "
-                             f"{type(loaded).__name__}")
+                             f"{with_article(type(loaded).__name__)}")
+    if not items:
+        raise ModelLoadError(f"--inputs {path}: the {type(loaded).__name__} in it is empty; "
+                             "save one tensor per input of the model's forward")
+    stray = next((index for index, item in enumerate(items)
+                  if not isinstance(item, torch.Tensor)), None)
+    if stray is not None:
+        raise ModelLoadError(f"--inputs {path}: item {stray} of the {type(loaded).__name__} "
+                             f"in it is {with_article(type(items[stray]).__name__)}, not a "
+                             "tensor; save tensors only")
     for index, tensor in enumerate(items):
         which = "the tensor" if len(items) == 1 else f"tensor {index} of {len(items):,}"
         kind = _unusual_kind(tensor)

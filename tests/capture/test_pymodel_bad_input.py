@@ -104,7 +104,12 @@ BAD = [
     Bad("inputs_not_a_tensor_file", ("walk", f"{PYMODELS}:make_mlp", "--inputs", "README.md"),
         ("--inputs README.md: not a tensor file torch can load safely",)),
     Bad("inputs_a_dict", ("walk", f"{PYMODELS}:make_mlp", "--inputs", "{tmp}/dict.pt"),
-        ("expected a tensor or a list of tensors, found dict",)),
+        ("expected a tensor or a list of tensors, found a dict",)),
+    Bad("inputs_an_empty_list", ("walk", f"{PYMODELS}:make_mlp", "--inputs", "{tmp}/empty.pt"),
+        ("the list in it is empty",)),
+    Bad("inputs_a_list_with_a_number", ("walk", f"{PYMODELS}:make_mlp", "--inputs",
+                                        "{tmp}/mixed.pt"),
+        ("item 1 of the list in it is an int, not a tensor",)),
     Bad("inputs_missing", ("walk", f"{PYMODELS}:make_mlp", "--inputs", "{tmp}/none.pt"),
         ("none.pt: no such file",)),
     Bad("inputs_nested", ("walk", f"{PYMODELS}:make_mlp", "--inputs", "{tmp}/nested.pt"),
@@ -142,6 +147,8 @@ def bad_files(tmp_path: Path) -> Path:
         "raise ImportError('needs the flux capacitor\\nand a second line')\n", encoding="utf-8")
     torch.save(torch.zeros(4, 3), tmp_path / "x.pt")
     torch.save({"x": torch.zeros(4, 3)}, tmp_path / "dict.pt")
+    torch.save([], tmp_path / "empty.pt")
+    torch.save([torch.zeros(4, 3), 7], tmp_path / "mixed.pt")
     with warnings.catch_warnings():  # torch's on nested and quantized tensors, not ours
         warnings.simplefilter("ignore")
         torch.save(torch.nested.nested_tensor([torch.zeros(2, 3), torch.zeros(3, 3)]),
@@ -154,7 +161,6 @@ def bad_files(tmp_path: Path) -> Path:
     torch.save([torch.zeros(1, 3).expand(HALF // 3, 3)] * 2, tmp_path / "two_halves.pt")
     torch.save([torch.zeros(4, 3)] * 20_000, tmp_path / "many.pt")
     return tmp_path
-
 
 
 @pytest.mark.parametrize("case", BAD, ids=[case.id for case in BAD])
@@ -217,3 +223,12 @@ def test_a_model_file_that_is_no_regular_file_is_said_to_be_what_it_is(
     result = run_cli("walk", "model.py:make", "--input", "4x3", cwd=tmp_path)
     assert_one_error_line(result, [said])
     assert "no such file" not in result.stderr
+
+
+def test_a_factory_that_is_async_is_one_line_without_pythons_warning(tmp_path: Path) -> None:
+    """`async def make()` returns a coroutine, never run: one error line, and no
+    "coroutine ... was never awaited" warning after it."""
+    (tmp_path / "model.py").write_text("async def make():\n    return None\n")
+    result = run_cli("walk", "model.py:make", "--input", "4x3", cwd=tmp_path)
+    assert_one_error_line(result, ["returned a coroutine, not an nn.Module"])
+    assert "never awaited" not in result.stderr
