@@ -411,10 +411,15 @@ class _Checker:
 
     def call_module(self, module: ModuleSpec, expr: Call, args: list[ValueType],
                     where: Location, step: Step) -> ValueType:
-        if expr.kwargs or len(args) != len(module.args):
+        if expr.kwargs:
+            keywords = ", ".join(f"{name}=" for name, _ in expr.kwargs)
+            raise SpecShapeError(
+                f"the module {module.name!r} takes its arguments by position "
+                f"({', '.join(module.args) or 'none'}), not by keyword ({keywords})", where)
+        if len(args) != len(module.args):
             raise SpecShapeError(
                 f"the module {module.name!r} takes {len(module.args)} argument(s) "
-                f"({', '.join(module.args) or 'none'}), got {len(args) + len(expr.kwargs)}",
+                f"({', '.join(module.args) or 'none'}), got {len(args)}",
                 where,
             )
         for name, value in zip(module.args, args, strict=True):

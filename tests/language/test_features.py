@@ -125,6 +125,15 @@ def test_module_argument_count_is_checked() -> None:
                        "forward: ['y = m(x)']\nbackward: y\n")
 
 
+def test_a_module_called_by_keyword_is_told_to_pass_by_position() -> None:
+    """`m(a=x)` once read "takes 1 argument(s) (a), got 1"."""
+    with pytest.raises(SpecShapeError, match=r"takes its arguments by position \(a\), not by "
+                                             r"keyword \(a=\)"):
+        load_spec_text("inputs:\n  x: {value: 1.0, requires_grad: true}\n"
+                       "modules:\n  m:\n    forward: {args: [a], steps: ['o = a * 2']}\n"
+                       "forward: ['y = m(a=x)']\nbackward: y\n")
+
+
 def test_whole_number_tensors_are_only_indices() -> None:
     with pytest.raises(SpecShapeError, match=r"\* needs floating-point tensors"):
         load_spec_text("inputs:\n  idx: {value: [1, 2], dtype: int64}\n"
