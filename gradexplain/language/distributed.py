@@ -121,6 +121,13 @@ def _ddp_options(cursor: Cursor, wrap: WrapKind) -> DDPOptions:
         return fields[key].boolean() if key in fields else False
 
     cap = _bucket_cap(fields["bucket_cap_mb"]) if "bucket_cap_mb" in fields else None
+    if flag("static_graph") and flag("no_sync"):
+        # torch's reducer: under no_sync() no backward is prepared for, and static_graph's
+        # first backward asserts that one was (pytorch/pytorch#143580, open for 2.13).
+        fields["no_sync"].fail(
+            "static_graph: true with no_sync: true fails inside torch 2.13's DDP: its first "
+            "backward under no_sync() hits an internal assert (expect_autograd_hooks_, "
+            "pytorch/pytorch#143580); keep one of the two")
     return DDPOptions(flag("find_unused_parameters"), flag("static_graph"),
                       flag("gradient_as_bucket_view"), cap, flag("no_sync"))
 

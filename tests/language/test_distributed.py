@@ -75,6 +75,9 @@ CASES = [
          "distributed.ddp.nosync", ("unknown key 'nosync'", "did you mean 'no_sync'?")),
     Case("ddp_flag_not_boolean", section("ddp: {static_graph: 1}"), at(0, "1}"),
          "distributed.ddp.static_graph", ("expected true or false",)),
+    Case("static_graph_with_no_sync", section("ddp: {static_graph: true, no_sync: true}"),
+         at(0, "true}"), "distributed.ddp.no_sync",
+         ("static_graph: true with no_sync: true", "pytorch/pytorch#143580", "keep one")),
     Case("bucket_zero", section("ddp: {bucket_cap_mb: 0}"), at(0, "0}"),
          "distributed.ddp.bucket_cap_mb", ("above 0",)),
     Case("bucket_negative", section("ddp: {bucket_cap_mb: -5}"), at(0, "-5"),
@@ -180,7 +183,7 @@ def test_a_good_section_is_read_field_by_field() -> None:
         "  - {x: [[0.0, 1.0], [2.0, 3.0]], k: [3, 4]}",
         "  - {x: {zeros: [2, 2]}}",
         "ddp: {find_unused_parameters: true, static_graph: true, gradient_as_bucket_view: true,",
-        "      bucket_cap_mb: 0.000001, no_sync: true}",
+        "      bucket_cap_mb: 0.000001}",
     ), "good.yaml")
     section_read = spec.distributed
     assert section_read is not None
@@ -188,8 +191,7 @@ def test_a_good_section_is_read_field_by_field() -> None:
     assert section_read.wrap == "ddp"
     assert section_read.split == ()
     assert section_read.ddp == DDPOptions(find_unused_parameters=True, static_graph=True,
-                                          gradient_as_bucket_view=True, bucket_cap_mb=1e-6,
-                                          no_sync=True)
+                                          gradient_as_bucket_view=True, bucket_cap_mb=1e-6)
     first, second = section_read.inputs
     assert first.values == (("x", TensorInit("value", (2, 2), "float32",
                                                    [[0.0, 1.0], [2.0, 3.0]])),
