@@ -43,6 +43,7 @@ from gradexplain.sessions import (
     check_run_output,
     open_source,
 )
+from gradexplain.user_output import own_output
 
 # torch (its torch.func part) warns on import when numpy is missing; gradexplain never uses
 # numpy, and the warning would land in the middle of walk's output on a fresh machine.
@@ -498,6 +499,7 @@ def entry() -> NoReturn:
     until a run begins or the command ends."""
     pause_collection()
     _standard_streams_opened()
+    own_output()
     try:
         main()
         code = 0

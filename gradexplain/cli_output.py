@@ -24,7 +24,7 @@ import typer
 
 from gradexplain.errors import OutputError, UsageError
 from gradexplain.safe_text import safe_text
-from gradexplain.user_output import MAX_LINE, our_stderr
+from gradexplain.user_output import MAX_LINE, forked_off, our_stderr
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -37,6 +37,7 @@ def write(path: Path, text: str | Iterable[str]) -> None:
     old file keeps its bytes."""
     from gradexplain.files import write_atomic
 
+    forked_off()
     try:
         write_atomic(path, safe_text(text) if isinstance(text, str)
                      else map(safe_text, text))
@@ -52,6 +53,7 @@ def _emit(text: str, nl: bool = True, unencodable: str = "backslashreplace") -> 
     in Python's buffer to fail again, noisily, at exit. A character stdout's encoding cannot
     hold (`∂` on a Latin-1 terminal) is written as its escape, by the codec error handler
     `unencodable`."""
+    forked_off()
     try:
         _write_whole(text + "\n" if nl else text, unencodable)
     except OSError as error:
@@ -215,6 +217,7 @@ def echo(text: str, *, nl: bool = True, err: bool = False, one_line: bool = Fals
     """Text out on stdout or (`err`) stderr: every output passes here or `write`, so no
     control character of the user's reaches the terminal (`safe_text`); a `one_line` message
     has its newlines escaped too. stdout goes through `_emit` (a closed pipe, a full disk)."""
+    forked_off()
     if err:
         # gradexplain's stderr, also while the user's code has sys.stderr (a warning then).
         # A stderr that takes nothing (a model closed file descriptor 2) is not a failure of

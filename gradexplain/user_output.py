@@ -102,6 +102,23 @@ def captured_stdout() -> Iterator[ModelOutput]:
 _outside: list[TextIO] = []
 
 
+# The process whose output the command's is (`own_output`): a copy a model's code forked off
+# (`os.fork()` at import) runs on through gradexplain's code too, and must not write a second.
+_owner = {"pid": 0}
+
+
+def own_output() -> None:
+    """From now on this process writes the output (`cli.entry`; a rank, `run_rank`, which
+    gradexplain forked itself and gives its own descriptors)."""
+    _owner["pid"] = os.getpid()
+
+
+def forked_off() -> None:
+    """Leave at once, writing nothing, in a process a model's code forked off the command's."""
+    if _owner["pid"] and os.getpid() != _owner["pid"]:
+        os._exit(0)
+
+
 def our_stderr() -> TextIO:
     """The stderr gradexplain itself writes to, even while the user's code runs."""
     return _outside[-1] if _outside else sys.stderr
@@ -195,4 +212,4 @@ def _read_into(spool: IO[bytes], output: ModelOutput) -> None:
 
 
 __all__ = ["MAX_LINE", "MAX_LINES", "PREFIX", "ModelOutput", "captured_output", "captured_stdout",
-           "our_stderr"]
+           "forked_off", "our_stderr", "own_output"]

@@ -31,6 +31,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from gradexplain.errors import GradexplainError, first_line, first_line_of
+from gradexplain.user_output import own_output
 
 if TYPE_CHECKING:
     from torch._C._distributed_c10d import Store
@@ -114,6 +115,7 @@ def run_rank(context: RankContext, plan: RankPlan, work: Callable[[RankContext],
     """A forked rank, up to its os._exit (or its caller's, should this raise): join the group,
     run `work`, send its result or what it raised, meet the other ranks, tear the group down.
     `mask`: the signal mask to restore once SIGINT is ignored."""
+    own_output()  # gradexplain's own fork: its warnings go to its stderr file
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_SETMASK, mask)

@@ -710,3 +710,22 @@ def test_a_model_that_replaces_torchs_hook_registration_is_one_error(
     result = run_separately("walk", f"{model}:make", "--input", "4x3")
     message = one_error_line(result, "patches.py")
     assert "replaced one of torch's hook registration functions" in message
+
+
+def test_a_process_the_models_code_forks_off_writes_no_second_output(tmp_path: Path) -> None:
+    """A model file that calls os.fork() at import: the copy runs on through gradexplain's code
+    too, and wrote a second JSON document after the first. Only the command's own process
+    writes; the gradient is plain torch's."""
+    model = tmp_path / "forks.py"
+    model.write_text("import os\nimport torch\nfrom torch import nn\nos.fork()\n\n"
+                     "def make():\n    torch.manual_seed(0)\n    return nn.Linear(3, 1)\n")
+    result = run_separately("walk", f"{model}:make", "--input", "4x3", "--format", "json")
+    assert result.code == 0, result.stderr
+    document = json.loads(result.stdout)  # one document: "Extra data" before
+    from gradexplain.capture.pymodel import parse_input, random_inputs
+
+    (x,) = random_inputs([parse_input("4x3")])
+    expected = x.sum(0)  # ∂ sum(x Wᵀ + b) / ∂W, one row
+    for walk_pass in document["passes"]:
+        got = torch.tensor(walk_pass["grads"]["weight"], dtype=torch.float64)
+        assert torch.allclose(got, expected.double().unsqueeze(0), atol=1e-5)
