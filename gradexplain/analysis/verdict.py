@@ -161,7 +161,7 @@ class _Differs:
                     "register_full_backward_hook")
         if self.call.full_seq is None:
             return f"{head}; the full hook does not fire here (see above)"
-        wanted = self.inputs.wanted()
+        wanted = self.wanted()
         missing = [index for index in wanted if self.inputs.found[index] is None]
         if not wanted:
             return self.advised(f"{head}; full grad_input is {_listed(self.full)}, as no input "
@@ -190,15 +190,27 @@ class _Differs:
                  if moved else [])
         return self.advised(clause, first)
 
+    def wanted(self) -> list[int]:
+        """Full's derivatives legacy is measured against: not full's zeros for an input
+        without grad where legacy has it nowhere (legacy's None says the same: no gradient)."""
+        return [index for index in self.inputs.wanted() if not self.zeros_as_none(index)]
+
+    def zeros_as_none(self, index: int) -> bool:
+        """Full's `index`-th is zeros for an input without grad, and legacy has it nowhere."""
+        meaning = self.full[index]
+        return (self.inputs.found[index] is None and meaning is not None
+                and meaning.kind == "zero")
+
     def inputs_word(self, count: int) -> str:
         return "input" if count == 1 else "inputs"
 
     def lacking(self, head: str, missing: list[int]) -> str:
         """Full's derivatives legacy lacks: `not ...`, and where the others are."""
-        lacked = self.full if len(missing) == len(self.inputs.wanted()) else [
-            self.full[index] for index in missing]
-        found = [index for index in self.inputs.wanted() if index not in missing]
-        inputs = self.inputs_word(len(self.full))
+        every = len(missing) == len(self.wanted()) and len(self.wanted()) == len(
+            self.inputs.wanted())
+        lacked = self.full if every else [self.full[index] for index in missing]
+        found = [index for index in self.wanted() if index not in missing]
+        inputs = self.inputs_word(len(lacked))
         text = f"{head}, not {_listed(lacked)}, {self.module}'s {inputs}"
         if found:
             moved = [index for index in found if self.inputs.found[index] != index]
@@ -208,7 +220,7 @@ class _Differs:
     def kept(self, moved: list[int]) -> str:
         """`its grad_input[0] is full's ∂z/∂x`, or `[1] ... full's grad_input[0]`."""
         parts = []
-        for index in self.inputs.wanted():
+        for index in self.wanted():
             position = self.inputs.found[index]
             if position is None:
                 continue

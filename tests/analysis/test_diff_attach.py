@@ -184,3 +184,22 @@ def test_an_in_place_modules_grad_output_is_its_output_changed_in_place() -> Non
     assert close(grad_output, legacy[1][0])  # torch: 2s, the gradient of act's output
     note = next(item.note for item in call.rows if item.name == "grad_output[0]")
     assert "act's output" in note and "changed in place" in note
+
+
+def test_full_zeros_for_an_input_without_grad_are_not_advised_as_missing() -> None:
+    """`a * b`, b without grad: torch gives legacy (∂loss/∂a, None) and full (∂loss/∂a, zeros).
+    Both say no gradient flows to b: the verdict no longer tells the reader to use full hooks
+    for ∂loss/∂b = 0."""
+    class Product(nn.Module):
+        def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+            return a * b
+
+    a = torch.randn(2, 3, generator=torch.Generator().manual_seed(0)).requires_grad_()
+    b = torch.randn(2, 3, generator=torch.Generator().manual_seed(1))
+    model, other = Product(), Product()  # torch takes one kind of hook per module
+    legacy = hooked(model, [""], False, lambda: model(a, b).sum())[""][0][0]
+    full = hooked(other, [""], True, lambda: other(a, b).sum())[""][0][0]
+    assert legacy[1] is None and torch.equal(full[1], torch.zeros(2, 3))
+    top = module_of(compare(explain(Product(), a, b).session), "")
+    assert "plus None for Mul's operands without gradient" in top.verdict
+    assert "= 0" not in top.verdict
