@@ -69,7 +69,8 @@ class Alignment:
         """`; full's grad_input[0] is legacy's grad_input[1]`: a row's part of what the verdict
         says, where a derivative both hooks give sits in another row ("" when in this one)."""
         words = []
-        found = self.found[position] if position < len(self.found) else None
+        # A None pairs with any None (two unrelated absences): only derivatives are placed.
+        found = self.found[position] if position in self.wanted() else None
         if found is not None and found != position:
             words.append(f"full's {kind}[{position}] is legacy's {kind}[{found}]")
         held = self.full_at(position)
