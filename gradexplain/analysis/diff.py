@@ -253,8 +253,21 @@ class _Module:
         elif self.is_leaf(meaning.wrt):
             what = f"{self.leaf_kind(meaning.wrt)} {short}"
         else:
-            what = f"{self.tensor_words(meaning.wrt)}, inside {module_title(self.module)}"
+            where = (f"inside {module_title(self.module)}" if self.made_inside(meaning.wrt)
+                     else f"not one of {module_title(self.module)}'s tensor arguments")
+            what = f"{self.tensor_words(meaning.wrt)}, {where}"
         return f"{what}{layout}{part}"
+
+    def made_inside(self, name: str) -> bool:
+        """Whether a tensor's name says this module's forward (or a submodule's) made it: a
+        spec step's `module2.t`, a Python module output's `m.inner:addmm`. A name the graph
+        made up (`output:sin`, after what reads it) says nothing of where it was made."""
+        if not self.module:
+            return True  # everything the model computes is inside the model
+        if self.legacy.named(name) is None:
+            return False  # a name the graph made up
+        owner = name.partition(":")[0] if ":" in name else name.rpartition(".")[0]
+        return owner == self.module or owner.startswith(f"{self.module}.")
 
     def leaf_kind(self, name: str) -> str:
         return "input" if name in self.session.inputs else "parameter"
@@ -367,7 +380,7 @@ class _Module:
             return (f"legacy {arg.name} is {meaning.text}: the gradient of {kind} {short}, "
                     f"an operand of {node}{after}")
         return (f"legacy {arg.name} is {meaning.text}: {self.tensor_words(meaning.wrt)} is an "
-                f"input of {node}, not one of {module}'s arguments")
+                f"input of {node}, not one of {module}'s tensor arguments")
 
     def tensor_words(self, name: str) -> str:
         """`t`, or `t (module2.t)` when the tensor belongs to another module than this one."""

@@ -165,8 +165,12 @@ class _Differs:
         wanted = self.wanted()
         missing = [index for index in wanted if self.inputs.found[index] is None]
         if not wanted:
-            return self.advised(f"{head}; full grad_input is {_listed(self.full)}, as no input "
-                                f"of {self.module} requires grad", [])
+            given = self.module_call.arguments or self.module_call.inputs
+            why = (f"no input of {self.module} requires grad" if any(
+                index is not None for index in given) or not given else
+                f"none of {self.module}'s arguments is a tensor (full hooks see positional "
+                "tensor arguments only: a list or a dict of tensors is not one)")
+            return self.advised(f"{head}; full grad_input is {_listed(self.full)}, as {why}", [])
         if missing:
             return self.lacking(head, missing)
         moved = [index for index in wanted if self.inputs.found[index] != index]

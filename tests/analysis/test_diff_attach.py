@@ -203,3 +203,32 @@ def test_full_zeros_for_an_input_without_grad_are_not_advised_as_missing() -> No
     top = module_of(compare(explain(Product(), a, b).session), "")
     assert "plus None for Mul's operands without gradient" in top.verdict
     assert "= 0" not in top.verdict
+
+
+def test_a_list_argument_is_said_to_be_no_tensor_and_its_tensors_not_made_inside() -> None:
+    """`m([x.sin(), y])`: torch's full hook gives (None,), for full hooks see positional tensor
+    arguments only, though the list's tensors require grad. The verdict says that (not "no
+    input of m requires grad"), and x.sin(), made by the caller, is not said to be inside m."""
+    class Pair(nn.Module):
+        def forward(self, items: list[torch.Tensor]) -> torch.Tensor:
+            return items[0] * items[1]
+
+    class Top(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.m = Pair()
+
+        def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            out: torch.Tensor = self.m([x.sin(), y])
+            return out
+
+    x = torch.randn(2, 3, generator=torch.Generator().manual_seed(0)).requires_grad_()
+    y = torch.randn(2, 3, generator=torch.Generator().manual_seed(1)).requires_grad_()
+    model = Top()
+    full = hooked(model, ["m"], True, lambda: model(x, y).sum())["m"][0][0]
+    assert full == (None,)  # torch
+    m = module_of(compare(explain(Top(), x, y).session), "m")
+    assert "none of m's arguments is a tensor" in m.verdict
+    assert "no input of m requires grad" not in m.verdict
+    notes = " ".join(row_.note for row_ in only_call(m).rows)
+    assert "inside m" not in notes and "not one of m's tensor arguments" in notes
