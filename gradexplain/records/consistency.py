@@ -14,12 +14,13 @@ among them.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Collection, Iterable
 from typing import TYPE_CHECKING
 
 from gradexplain.records.codec import DecodeError
-from gradexplain.records.trace import PassTrace
+from gradexplain.records.trace import PassTrace, TensorValue
 from gradexplain.records.walk import Derivation, LabelledArg, PassWalk, Walk
 
 if TYPE_CHECKING:
@@ -54,6 +55,7 @@ _ARGUMENT_NAME = {hook: re.compile(f"(?:{'|'.join(names)})(?:\\[(?:0|[1-9][0-9]{
 def check(session: Session) -> None:
     """DecodeError (its path inside the session) for the first thing that does not hang
     together."""
+    _values(session, ())
     _modes([trace.mode for trace in session.traces], ("traces",))
     _modes([walk_pass.mode for walk_pass in session.walk.passes], ("walk", "passes"))
     for number, trace in enumerate(session.traces):
@@ -61,6 +63,50 @@ def check(session: Session) -> None:
     legacy, full = session.traces
     _same_calls(legacy, full)
     _walk(session.walk, session.traces)
+
+
+def _values(record: object, path: KeyPath) -> None:
+    """Every recorded tensor value in the session holds as many numbers, nested as deep, as its
+    shape says (a hand-edited `{"shape": [3, 3], "value": 5.0}` would render as a 3x3
+    tensor), or a summary of them; found wherever the records keep one."""
+    if isinstance(record, TensorValue):
+        if record.value is None:
+            if record.summary is None:
+                raise _fail("a recorded tensor with neither values nor a summary", path)
+        elif not _fits(record.value, record.shape, record.dtype == "bool"):
+            raise _fail(f"values that do not fit the shape {list(record.shape)}",
+                        (*path, "value"))
+    elif isinstance(record, (tuple, list)):
+        for place, item in enumerate(record):
+            if not isinstance(item, _ATOMS):
+                _values(item, (*path, place))
+    elif dataclasses.is_dataclass(record):
+        for name in _field_names(type(record)):
+            item = getattr(record, name)
+            if not isinstance(item, _ATOMS):
+                _values(item, (*path, name))
+
+
+# What holds no recorded value: skipped without a call (a deep model's session has millions).
+_ATOMS = (str, int, float, type(None))
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _field_names(kind: type) -> tuple[str, ...]:
+    names = _FIELDS.get(kind)
+    if names is None:
+        names = _FIELDS[kind] = tuple(field.name for field in dataclasses.fields(kind))
+    return names
+
+
+def _fits(value: object, shape: tuple[int, ...], booleans: bool) -> bool:
+    """Whether nested lists hold numbers (`booleans`: true and false) in exactly `shape` (one
+    alone for shape ())."""
+    if not shape:
+        return isinstance(value, bool) if booleans else (
+            isinstance(value, (int, float)) and not isinstance(value, bool))
+    return (isinstance(value, list) and len(value) == shape[0]
+            and all(_fits(item, shape[1:], booleans) for item in value))
 
 
 def _fail(message: str, path: KeyPath) -> DecodeError:
@@ -121,6 +167,9 @@ def _trace(trace: PassTrace, path: KeyPath) -> None:
                 _index(index, tensors, "tensor", (*where, key, place))
         _member(call.legacy_node, known, "graph node", (*where, "legacy_node"))
         _index(call.returns_argument, tensors, "tensor", (*where, "returns_argument"))
+        _index(call.legacy_output, tensors, "tensor", (*where, "legacy_output"))
+        for place, (_, index) in enumerate(call.keywords):
+            _index(index, tensors, "tensor", (*where, "keywords", place, 1))
     _runs(trace, tensors, path)
     _events(trace, path)
 

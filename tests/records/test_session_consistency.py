@@ -178,3 +178,68 @@ def test_a_backward_hook_argument_renamed_within_its_kind_renders_whole(
         for command in COMMANDS:
             code, _, stderr = run(command[0], "--load", str(path), *command[1:])
             assert code in (0, 1) and not stderr.strip(), (hook, command, stderr[:800])
+
+
+def _first_value(document: Any) -> tuple[list[str | int], dict[str, Any]]:
+    """The key path of the first recorded tensor value with values (not a summary), and it."""
+    def walk(data: Any, path: list[str | int]) -> tuple[list[str | int], dict[str, Any]] | None:
+        if isinstance(data, dict):
+            if {"shape", "dtype", "value"} <= set(data) and data["value"] is not None \
+                    and data["shape"]:
+                return path, data
+            items: list[tuple[str | int, Any]] = list(data.items())
+        elif isinstance(data, list):
+            items = list(enumerate(data))
+        else:
+            return None
+        for key, item in items:
+            found = walk(item, [*path, key])
+            if found is not None:
+                return found
+        return None
+
+    found = walk(document["session"], [])
+    assert found is not None
+    return found
+
+
+@pytest.mark.parametrize(("edit", "said"), [
+    (lambda value: value.update(value=5.0), "do not fit the shape"),
+    (lambda value: value.update(shape=[*value["shape"], 7]), "do not fit the shape"),
+    (lambda value: value.update(value=[[1.0, [2.0]], 3.0]), "do not fit the shape"),
+    (lambda value: value.update(value=None, summary=None), "neither values nor a summary"),
+    (lambda value: value.update(value=True, shape=[]), "do not fit the shape"),
+    (lambda value: value.update(shape=[100000, 100000]), "do not fit the shape"),
+])
+def test_a_value_that_contradicts_its_shape_is_refused_at_its_key_path(
+        edit: Any, said: str) -> None:
+    """A hand-edited value whose numbers do not fit its shape (`{"shape": [3, 3], "value":
+    5.0}`) was rendered as it stood; it is refused, naming where."""
+    document: Any = json.loads(saved("two_modules"))
+    path, value = _first_value(document)
+    edit(value)
+    with pytest.raises(SessionError) as refused:
+        decode_session(json.dumps(document), "run.json")
+    assert said in str(refused.value)
+    assert "at session" + "".join(f"[{key}]" if isinstance(key, int) else f".{key}"
+                                  for key in path) in str(refused.value)
+
+
+def test_bool_values_of_a_bool_tensor_load() -> None:
+    """A mask's values are true and false (torch's tolist): they fit a bool tensor's shape."""
+    document: Any = json.loads(saved("two_modules"))
+    _, value = _first_value(document)
+    value.update(dtype="bool", shape=[2], value=[True, False])
+    assert decode_session(json.dumps(document), "run.json") is not None
+
+
+@pytest.mark.parametrize("key", ["legacy_output", "keywords"])
+def test_a_module_calls_new_tensor_indices_are_checked(key: str) -> None:
+    """`legacy_output` and `keywords` point at tensors of the trace, as its other indices do:
+    out of range, refused at their key path, where diff would have failed on them."""
+    document: Any = json.loads(saved("two_modules"))
+    call = document["session"]["traces"][0]["calls"][0]
+    call[key] = 999 if key == "legacy_output" else [["scale", 999]]
+    with pytest.raises(SessionError) as refused:
+        decode_session(json.dumps(document), "run.json")
+    assert f"calls[0].{key}" in str(refused.value)
