@@ -16,6 +16,7 @@ from rich.console import Group, RenderableType
 from rich.padding import Padding
 from rich.text import Text
 
+from gradexplain.records.check import summaries_not_checked_text
 from gradexplain.records.distributed import CheckedBucket, DistributedWalk, RankWalk
 from gradexplain.records.numbers import fmt_value
 from gradexplain.render.distributed_answer import (
@@ -62,6 +63,9 @@ def distributed_text(walk: DistributedWalk, *, timeline: bool = False,
     if timeline:
         parts += [_rank_timeline(rank, collapse) for rank in walk.ranks]
     parts.append(verdict_text(len(walk.checks()), walk.failures(), CHECKED_AGAINST, REFERENCE))
+    unchecked = sum(rank.walk.summaries_not_checked() for rank in walk.ranks)
+    if unchecked:
+        parts.append(Text(summaries_not_checked_text(unchecked), style="yellow"))
     return Group(*parts)
 
 

@@ -174,3 +174,32 @@ def test_the_fix_the_walk_gives_for_a_freed_tensor_works(cli: CLI, tmp_path: Pat
     spec.write_text(returned, encoding="utf-8")
     result = cli("walk", str(spec), "--ranks", "2", "--wrap", "fsdp")
     assert result.code == 0, result.stdout[-2000:]
+
+
+NAN_SPEC = """\
+name: nan_ddp
+seed: 0
+inputs:
+  x: {randn: [2, 110]}
+params: {w: {randn: [110, 100]}}
+forward: ["h = x @ w", "z = h * 0", "loss = sum(sqrt(z * z))"]
+backward: loss
+distributed:
+  wrap: ddp
+"""
+
+
+def test_the_ranks_verdict_counts_values_a_nan_summary_left_unchecked(tmp_path: Path) -> None:
+    """w has 11,000 elements, recorded as a summary; sqrt at 0 makes its gradient nan (plain
+    torch below). Each rank's such values are not checked, and the verdict says how many."""
+    w = torch.randn(110, 100, requires_grad=True)
+    z = (torch.randn(2, 110) @ w) * 0
+    gradient, = torch.autograd.grad(torch.sqrt(z * z).sum(), w)
+    assert gradient.isnan().all()  # torch: 0 · inf
+    spec = tmp_path / "nan.yaml"
+    spec.write_text(NAN_SPEC)
+    result = run_cli("walk", str(spec), "--ranks", "2")
+    assert result.code == 0, result.stderr
+    said = " ".join(result.stdout.split())
+    assert "labelled values not checked: recorded as summaries holding nan or inf" in said
+    assert "checks verified" in said
