@@ -34,10 +34,10 @@ from gradexplain.capture.pool import ParameterPool
 from gradexplain.capture.usercode import (
     caught,
     described,
+    kind_of,
     message_of,
     safe_repr,
     user_frame,
-    with_article,
     with_place,
 )
 from gradexplain.errors import BadInput, Location, first_line
@@ -148,7 +148,7 @@ def as_module(found: Any, target: str, seed: int = 0) -> nn.Module:
     if isinstance(found, nn.Module):
         return found
     if (isinstance(found, type) and not issubclass(found, nn.Module)) or not callable(found):
-        raise ModelLoadError(f"{target}: {with_article(type(found).__name__)}, not an "
+        raise ModelLoadError(f"{target}: {kind_of(found)}, not an "
                              "nn.Module or a function returning one")
     try:
         with torch.random.fork_rng(devices=[]):
@@ -167,7 +167,7 @@ def as_module(found: Any, target: str, seed: int = 0) -> nn.Module:
         if inspect.iscoroutine(made) or inspect.isgenerator(made):
             made.close()  # never run: closed, so that Python does not warn it was never awaited
         raise ModelLoadError(f"{target}: calling it returned "
-                             f"{with_article(type(made).__name__)}, not an nn.Module")
+                             f"{kind_of(made)}, not an nn.Module")
     return made
 
 
@@ -241,7 +241,7 @@ def load_inputs(path: Path) -> tuple[torch.Tensor, ...]:
     items = (loaded,) if isinstance(loaded, torch.Tensor) else loaded
     if not isinstance(items, (tuple, list)):
         raise ModelLoadError(f"--inputs {path}: expected a tensor or a list of tensors, found "
-                             f"{with_article(type(loaded).__name__)}")
+                             f"{kind_of(loaded)}")
     if not items:
         raise ModelLoadError(f"--inputs {path}: the {type(loaded).__name__} in it is empty; "
                              "save one tensor per input of the model's forward")
@@ -249,7 +249,7 @@ def load_inputs(path: Path) -> tuple[torch.Tensor, ...]:
                   if not isinstance(item, torch.Tensor)), None)
     if stray is not None:
         raise ModelLoadError(f"--inputs {path}: item {stray} of the {type(loaded).__name__} "
-                             f"in it is {with_article(type(items[stray]).__name__)}, not a "
+                             f"in it is {kind_of(items[stray])}, not a "
                              "tensor; save tensors only")
     for index, tensor in enumerate(items):
         which = "the tensor" if len(items) == 1 else f"tensor {index} of {len(items):,}"

@@ -31,7 +31,7 @@ from gradexplain.capture.buckets import bucket_recorder
 from gradexplain.capture.build import Built, make_tensor, observe
 from gradexplain.capture.outputs import OUTPUT_NESTING
 from gradexplain.capture.user_hooks import user_hooks
-from gradexplain.capture.usercode import user_frame, with_article
+from gradexplain.capture.usercode import kind_of, user_frame, with_article
 from gradexplain.capture.values import grad_outputs, still_stored, tensor_value
 from gradexplain.errors import ExpectationError, Location, ModelRunError
 from gradexplain.records.names import ACCUMULATE, IDENTITY_NODES, canonical_name, op_name
@@ -320,7 +320,7 @@ class _Recorder:
         if not (hasattr(handle, "remove") and hasattr(handle, "__exit__")):
             raise ModelRunError(
                 f"{self.target()}: registering a hook gave "
-                f"{'None' if handle is None else with_article(type(handle).__name__)}, not "
+                f"{kind_of(handle)}, not "
                 "torch's handle: the model's code has replaced one of torch's hook "
                 "registration functions, which gradexplain registers every hook through")
         hooks.enter_context(handle)

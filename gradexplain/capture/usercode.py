@@ -146,7 +146,7 @@ def not_a_tensor_returned(error: BaseException,
                 (name for name, item in model.named_modules() if item is module),
                 type(module).__name__)
             result = local["result"]
-            kind = "None" if result is None else with_article(type(result).__name__)
+            kind = kind_of(result)
             return (path, kind)
         trace = trace.tb_next
     return None
@@ -155,6 +155,11 @@ def not_a_tensor_returned(error: BaseException,
 def with_article(noun: str) -> str:
     """`a str`, `an int`: a type's name as a message says it."""
     return f"an {noun}" if noun[:1].lower() in "aeiou" else f"a {noun}"
+
+
+def kind_of(value: object) -> str:
+    """What a value is, as a message says it: `None`, `a str`, `an int`."""
+    return "None" if value is None else with_article(type(value).__name__)
 
 
 def safe_repr(model: torch.nn.Module) -> str:
@@ -203,7 +208,7 @@ def blamed_on_user(target: str, stage: str = "loading of the model") -> Iterator
                             f"{current.name}{'; ' + place if place else ''})") from error
 
 
-__all__ = ["MESSAGE_LIMIT", "Stage", "blamed_on_user", "caught", "cut", "described", "message_of",
-           "not_a_tensor_returned", "raised_by_us", "safe_repr", "user_frame", "with_article",
-           "with_place"]
+__all__ = ["MESSAGE_LIMIT", "Stage", "blamed_on_user", "caught", "cut", "described", "kind_of",
+           "message_of", "not_a_tensor_returned", "raised_by_us", "safe_repr", "user_frame",
+           "with_article", "with_place"]
 

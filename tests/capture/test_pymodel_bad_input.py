@@ -232,3 +232,10 @@ def test_a_factory_that_is_async_is_one_line_without_pythons_warning(tmp_path: P
     result = run_cli("walk", "model.py:make", "--input", "4x3", cwd=tmp_path)
     assert_one_error_line(result, ["returned a coroutine, not an nn.Module"])
     assert "never awaited" not in result.stderr
+
+
+def test_a_factory_returning_none_says_none(tmp_path: Path) -> None:
+    """It read "returned a NoneType"."""
+    (tmp_path / "model.py").write_text("def make():\n    return None\n")
+    result = run_cli("walk", "model.py:make", "--input", "4x3", cwd=tmp_path)
+    assert_one_error_line(result, ["calling it returned None, not an nn.Module"])
