@@ -135,10 +135,14 @@ def load_target(target: str) -> nn.Module:
                                (inspect.isfunction(value) or (
                                    inspect.isclass(value) and issubclass(value, nn.Module)))
                                and value.__module__ == module.__name__)))
-            hint = f" (it has: {', '.join(known[:8])})" if known else ""
+            more = f", and {len(known) - _NAMES_SHOWN:,} more" if len(known) > _NAMES_SHOWN else ""
+            hint = f" (it has: {', '.join(known[:_NAMES_SHOWN])}{more})" if known else ""
             raise ModelLoadError(f"{target}: {where} has no attribute {attr!r}{hint}")
         found = getattr(found, part)
     return as_module(found, target)
+
+
+_NAMES_SHOWN = 8  # the most names a file's missing-attribute error lists
 
 
 def as_module(found: Any, target: str, seed: int = 0) -> nn.Module:

@@ -239,3 +239,11 @@ def test_a_factory_returning_none_says_none(tmp_path: Path) -> None:
     (tmp_path / "model.py").write_text("def make():\n    return None\n")
     result = run_cli("walk", "model.py:make", "--input", "4x3", cwd=tmp_path)
     assert_one_error_line(result, ["calling it returned None, not an nn.Module"])
+
+
+def test_a_missing_name_lists_the_files_names_and_how_many_more(tmp_path: Path) -> None:
+    """It listed the first 8 of a file's models and functions, without saying there were more."""
+    (tmp_path / "model.py").write_text("".join(f"def make_{index}():\n    return None\n"
+                                               for index in range(11)))
+    result = run_cli("walk", "model.py:nosuch", "--input", "4x3", cwd=tmp_path)
+    assert_one_error_line(result, ["has no attribute 'nosuch'", "make_0", ", and 3 more)"])
