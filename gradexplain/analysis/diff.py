@@ -124,7 +124,9 @@ class _Module:
         made without a name (`self.s * 2` in a Python model's own forward) the name its place
         in the graph gets (`output:mul`); None for no tensor, or one outside the graph."""
         position = self.view.raw_position(index)
-        return None if position is None else self.view.tensor_name(position)
+        if position is None or position not in self.view.positions:
+            return None  # no gradient reaches it (an output the caller never used)
+        return self.view.tensor_name(position)
 
     def tensor_names(self, index: int | None) -> set[str]:
         """Every name a tensor of the legacy pass goes by."""
@@ -325,12 +327,13 @@ class _Module:
             if index is None:
                 yield Finding("extra", self.extra_text(call, arg, meaning, node))
                 continue
+            again = index in seen  # another operand's share of the same argument (x * x)
             seen.add(index)
             if meaning.layout != "as-is":
                 yield Finding("layout", f"legacy {arg.name} is {meaning.text}: "
                               f"{module}'s argument {index} in the shape {node} saw, "
                               "not its own")
-            if index != position:
+            if index != position and not again:
                 yield Finding("order", f"legacy {arg.name} is argument {index} "
                               f"({self.naming.short(meaning.wrt)}): the order follows the "
                               f"operands of {node}{computes}, not {module}'s arguments")
@@ -445,32 +448,20 @@ class _Module:
                full: LabelledEvent | None, run: int) -> Iterable[Finding]:
         """Why a hook did not fire for this call."""
         module = module_title(self.module)
-        if legacy is None and full is None:
+        if legacy is None and full is None and not self.full_warnings():
             yield Finding("never_fires", f"neither hook fired in run {run}: no gradient "
                           f"reached {module}")
             return
         if legacy is None:
-            node = self.graph_name(self.legacy, call.legacy_node)
-            made = self.legacy_made(call)
-            unused_first = full is not None and any(
-                arg.name == "grad_output[0]" and arg.value is None for arg in full.args)
-            if call.legacy_node is None:
-                why = self.no_grad_fn(call, module)
-            elif unused_first:
-                why = (f"it sits on {node}, which made the first output "
-                       f"{self.naming.short(made or '?')}; only a later output is used, so {node} "
-                       "never ran")
-            else:
-                why = f"the node it sits on ({node}) did not run in run {run}"
+            why = self.legacy_silence(call, full, run)
             yield Finding("never_fires", f"legacy never fires: {why}")
-            return
+            if full is not None:
+                return
         if self.refusals:
             for refusal in self.refusals:
                 yield Finding("refused", f"full never fires: {refusal_text(refusal)}")
             return
-        warned = [warning.message for walk_pass in self.session.walk.passes
-                  if walk_pass.mode == "full" for warning in walk_pass.warnings
-                  if warning.module == self.module]
+        warned = self.full_warnings()
         hidden = [str(index) for index, tensor in enumerate(call.outputs) if tensor is None]
         why = (f"torch warned: {warned[0]}" if warned
                else f"no gradient reached {module}'s inputs" if not hidden
@@ -478,6 +469,28 @@ class _Module:
                f"tensors, the only ones full hooks wrap (output {', '.join(hidden)} is not a "
                "tensor: a gradient through the tensors inside it bypasses the hook)")
         yield Finding("never_fires", f"full never fires: {why}")
+
+    def legacy_silence(self, call: ModuleCall, full: LabelledEvent | None, run: int) -> str:
+        """Why the legacy hook did not fire for this call."""
+        module = module_title(self.module)
+        node = self.graph_name(self.legacy, call.legacy_node)
+        made = self.legacy_made(call)
+        unused_first = full is not None and any(
+            arg.name == "grad_output[0]" and arg.value is None for arg in full.args)
+        if call.legacy_node is None:
+            return self.no_grad_fn(call, module)
+        if unused_first:
+            return (f"it sits on {node}, which made the first output "
+                    f"{self.naming.short(made or '?')}; only a later output is used, so {node} "
+                    "never ran")
+        return f"the node it sits on ({node}) did not run in run {run}"
+
+    def full_warnings(self) -> list[str]:
+        """What torch warned of this module in the full pass (a result full hooks cannot
+        wrap: a dict, a list)."""
+        return [warning.message for walk_pass in self.session.walk.passes
+                if walk_pass.mode == "full" for warning in walk_pass.warnings
+                if warning.module == self.module]
 
 
 def _position(name: str) -> tuple[str, int]:

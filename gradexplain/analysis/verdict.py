@@ -127,6 +127,11 @@ def verdict(terms: ModuleTerms, calls: tuple[CallDiff, ...]) -> str:
         return "; ".join(refusal_text(refusal) for refusal in terms.refusals)
     if all(call.legacy_seq is None for call in calls):
         if all(call.full_seq is None for call in calls):
+            reasons = list(dict.fromkeys(
+                finding.text for call in calls for finding in call.findings
+                if finding.kind == "never_fires" and not finding.text.startswith("neither")))
+            if reasons:  # each hook silent for its own reason, not for want of a gradient
+                return "neither hook fires: " + "; ".join(reasons)
             return f"neither hook fires: no gradient reaches {module}"
         reason = next(finding.text for call in calls for finding in call.findings
                       if finding.kind == "never_fires")

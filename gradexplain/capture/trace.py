@@ -382,16 +382,27 @@ class _Recorder:
             self.record("forward", path, None, args)
             if self.auto_names and path:
                 self.name_outputs(path, outputs)
-            first = _legacy_target(output)
+            # Where torch puts a legacy hook; the full pass, which has none, keeps to the top
+            # level (a nested first tensor's node would be named though no backward reaches it).
+            first = (_legacy_target(output) if self.mode == "legacy" else
+                     next((item for item in outputs if isinstance(item, torch.Tensor)), None))
             arguments, keywords = (self.arguments[path].pop() if self.arguments.get(path)
                                    else ((), ()))
+            returned = _returned_argument(inputs, first)
+            if (self.mode == "legacy" and returned is not None and first is not None
+                    and (returned >= len(arguments)
+                         or arguments[returned] != self.tensor_index.get(_key(first)))):
+                # Its grad_fn is the argument's only since an in-place op of this forward
+                # (ReLU(inplace=True)): the module made that node, it did not return the
+                # argument as it got it.
+                returned = None
             self.calls.append(ModuleCall(
                 path,
                 tuple(arg.tensor for arg in args if arg.name.startswith("input")),
                 tuple(arg.tensor for arg in args if arg.name.startswith("output")),
                 self.node_id(None if first is None else first.grad_fn),
                 arguments,
-                _returned_argument(inputs, first),
+                returned,
                 keywords,
                 None if first is None else self.index(first),
             ))

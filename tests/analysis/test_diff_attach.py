@@ -184,6 +184,11 @@ def test_an_in_place_modules_grad_output_is_its_output_changed_in_place() -> Non
     assert close(grad_output, legacy[1][0])  # torch: 2s, the gradient of act's output
     note = next(item.note for item in call.rows if item.name == "grad_output[0]")
     assert "act's output" in note and "changed in place" in note
+    said = " ".join(finding.text for finding in act.findings())
+    # relu_ in act's forward made ReluBackward0 (plain torch: the output's grad_fn is
+    # ReLU's own node, not the Linear's): not "an op made before act ran".
+    assert "legacy sits on ReluBackward0" in said and "the last op of its forward" in said
+    assert "returned as it got it" not in said
 
 
 def test_full_zeros_for_an_input_without_grad_are_not_advised_as_missing() -> None:
@@ -232,3 +237,32 @@ def test_a_list_argument_is_said_to_be_no_tensor_and_its_tensors_not_made_inside
     assert "no input of m requires grad" not in m.verdict
     notes = " ".join(row_.note for row_ in only_call(m).rows)
     assert "inside m" not in notes and "not one of m's tensor arguments" in notes
+
+
+def test_a_result_whose_first_tensor_goes_unused_walks_and_says_why_no_hook_fires() -> None:
+    """A nested tuple, a dict or a list whose first tensor the caller never uses: the legacy
+    hook sits on a node no backward reaches (walk and diff failed on it, KeyError). Every label
+    is checked, and for the dict the verdict gives each hook's own reason."""
+    def skipped_dict(x: torch.Tensor) -> Any:
+        return {"skip": x.sin(), "use": x.cos()}
+
+    def use_dict_value(out: Any) -> torch.Tensor:
+        used: torch.Tensor = out["use"]
+        return used
+
+    def use_later(out: Any) -> torch.Tensor:
+        (_, b), c = out
+        result: torch.Tensor = b + c
+        return result
+
+    x = torch.randn(2, 3, generator=torch.Generator().manual_seed(0)).requires_grad_()
+    for result, use in ((nested, use_later), (skipped_dict, use_dict_value)):
+        model = Outer(result, use)
+        given = x.detach().clone().requires_grad_()
+        assert hooked(model, ["n"], False, lambda: model(given).sum())["n"] == []  # noqa: B023
+        explanation = explain(Outer(result, use), x)
+        assert explanation.failures() == []
+        n = module_of(compare(explanation.session), "n")
+        if result is skipped_dict:
+            assert "legacy never fires" in n.verdict and "full never fires" in n.verdict
+            assert "no gradient reaches n" not in n.verdict
