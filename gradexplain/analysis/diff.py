@@ -116,8 +116,8 @@ class _Module:
         named = f" {self.naming.short(made)}" if made else ""
         nested = call.legacy_output is not None and (
             not call.outputs or call.outputs[0] != call.legacy_output)
-        return (f"first tensor{named} (torch takes item [0] of the result until it finds a "
-                "tensor)" if nested else f"first output{named}")
+        return (f"first tensor{named} (torch takes item [0] of the result, or a dict's first "
+                "tensor value, until it finds a tensor)" if nested else f"first output{named}")
 
     def graph_tensor_name(self, index: int | None) -> str | None:
         """The name labels give a tensor of the legacy pass: its own, or for one the model

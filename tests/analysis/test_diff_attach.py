@@ -266,3 +266,28 @@ def test_a_result_whose_first_tensor_goes_unused_walks_and_says_why_no_hook_fire
         if result is skipped_dict:
             assert "legacy never fires" in n.verdict and "full never fires" in n.verdict
             assert "no gradient reaches n" not in n.verdict
+
+
+def test_x_times_x_gives_two_shares_not_a_reordering() -> None:
+    """`x * x`: legacy's grad_input[0] and [1] are x's two shares (plain torch: each is the
+    other operand times g), so nothing is reordered."""
+    class Square(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x * x
+
+    class Top(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.sq = Square()
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            out: torch.Tensor = self.sq(x.sin())
+            return out
+
+    x = torch.randn(2, 3, generator=torch.Generator().manual_seed(0)).requires_grad_()
+    model = Top()
+    legacy = hooked(model, ["sq"], False, lambda: model(x).sum())["sq"][0][0]
+    assert torch.allclose(legacy[0], legacy[1])  # torch: the same share twice
+    sq = module_of(compare(explain(Top(), x).session), "sq")
+    kinds = {finding.kind for finding in sq.findings()}
+    assert "order" not in kinds and "partial" in kinds
