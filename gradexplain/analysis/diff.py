@@ -111,7 +111,8 @@ class _Module:
         return self.record_name(self.legacy, index) or self.graph_tensor_name(index)
 
     def first_output_words(self, call: ModuleCall) -> str:
-        """`first output z`, or for a nested result `first tensor output[0][0] (z)`."""
+        """`first output z`, or for a nested result, dict or list `first tensor z (torch
+        takes item [0] ...)`: the tensor a legacy hook sits on the grad_fn of."""
         made = self.legacy_made(call)
         named = f" {self.naming.short(made)}" if made else ""
         nested = call.legacy_output is not None and (
