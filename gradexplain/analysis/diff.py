@@ -186,7 +186,7 @@ class _Module:
         if legacy is None or full is None:
             findings += self.silent(module_call, legacy, full, run)
         if legacy is not None:
-            findings += self.legacy_findings(module_call, legacy)
+            findings += self.legacy_findings(module_call, legacy, full)
         if full is not None:
             findings += self.full_findings(module_call, full)
         return CallDiff(run, call, self.calls.index(call) + 1,
@@ -295,7 +295,8 @@ class _Module:
 
     # --- findings ---------------------------------------------------------------------------
 
-    def legacy_findings(self, call: ModuleCall, event: LabelledEvent) -> Iterable[Finding]:
+    def legacy_findings(self, call: ModuleCall, event: LabelledEvent,
+                        full: LabelledEvent | None = None) -> Iterable[Finding]:
         module = module_title(self.module)
         node = event.node.removeprefix("torch::autograd::") if event.node else "?"
         made = self.legacy_made(call)
@@ -341,7 +342,8 @@ class _Module:
         for index in range(len(call.arguments or call.inputs)):
             name = self.argument_name(call, index)
             record = self.record(self.legacy, (call.arguments or call.inputs)[index])
-            if index in seen or name is None or record is None or not record.requires_grad:
+            if (index in seen or name is None or record is None or not record.requires_grad
+                    or self.no_gradient(full, index)):
                 continue
             yield Finding("unseen", f"legacy grad_input lacks the gradient of {module}'s "
                           f"argument {index} ({self.naming.short(name)})")
@@ -485,6 +487,16 @@ class _Module:
                     f"{self.naming.short(made or '?')}; only a later output is used, so {node} "
                     "never ran")
         return f"the node it sits on ({node}) did not run in run {run}"
+
+    def no_gradient(self, full: LabelledEvent | None, index: int) -> bool:
+        """Whether no gradient reaches the module's argument `index`, so that legacy lacks
+        nothing there: full's grad_input[index] is None or zeros labelled as such (an argument
+        the module never uses, or one without grad), or full did not fire for want of one."""
+        if full is None:
+            return not self.refusals and not self.full_warnings()
+        arg = next((item for item in full.args if item.name == f"grad_input[{index}]"), None)
+        return arg is not None and (arg.value is None or (
+            arg.meaning is not None and arg.meaning.kind == "zero"))
 
     def full_warnings(self) -> list[str]:
         """What torch warned of this module in the full pass (a result full hooks cannot

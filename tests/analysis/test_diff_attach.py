@@ -291,3 +291,33 @@ def test_x_times_x_gives_two_shares_not_a_reordering() -> None:
     sq = module_of(compare(explain(Top(), x).session), "sq")
     kinds = {finding.kind for finding in sq.findings()}
     assert "order" not in kinds and "partial" in kinds
+
+
+def test_legacy_is_not_said_to_lack_the_gradient_of_an_argument_none_reaches() -> None:
+    """`c(y)` returns `w * 2`: y reaches nothing (plain torch: no gradient), so legacy lacks
+    nothing there, whatever full does."""
+    class Const(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = nn.Parameter(torch.tensor([1.0, 2.0, 3.0]))
+
+        def forward(self, y: torch.Tensor) -> torch.Tensor:
+            return self.w * 2
+
+    class Top(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.c = Const()
+
+        def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            out: torch.Tensor = x.sin() + self.c(y)
+            return out
+
+    x = torch.randn(2, 3, generator=torch.Generator().manual_seed(0)).requires_grad_()
+    y = torch.randn(2, 3, generator=torch.Generator().manual_seed(1)).requires_grad_()
+    reference = Top()
+    unused, = torch.autograd.grad(reference(x, y).sum(), y, allow_unused=True)
+    assert unused is None  # torch: no gradient reaches y
+    c = module_of(compare(explain(Top(), x, y).session), "c")
+    said = " ".join(finding.text for finding in c.findings())
+    assert "lacks the gradient of c's argument 0" not in said
