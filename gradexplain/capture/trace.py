@@ -388,10 +388,10 @@ class _Recorder:
                      next((item for item in outputs if isinstance(item, torch.Tensor)), None))
             arguments, keywords = (self.arguments[path].pop() if self.arguments.get(path)
                                    else ((), ()))
+            first_index = None if first is None else self.index(first)
             returned = _returned_argument(inputs, first)
-            if (self.mode == "legacy" and returned is not None and first is not None
-                    and (returned >= len(arguments)
-                         or arguments[returned] != self.tensor_index.get(_key(first)))):
+            if (self.mode == "legacy" and returned is not None
+                    and (returned >= len(arguments) or arguments[returned] != first_index)):
                 # Its grad_fn is the argument's only since an in-place op of this forward
                 # (ReLU(inplace=True)): the module made that node, it did not return the
                 # argument as it got it.
@@ -404,7 +404,7 @@ class _Recorder:
                 arguments,
                 returned,
                 keywords,
-                None if first is None else self.index(first),
+                first_index,
             ))
         return self.live(hook)
 
