@@ -495,6 +495,7 @@ class _Labeller:
                     if not self.unexpanded(below):
                         break
                     position = below
+                    edges = self.only_through(node.id, below, run)
                     continue
                 if kind == "expand":
                     expand = node.id
@@ -506,9 +507,7 @@ class _Labeller:
                 transposes += kind == "transpose"
                 reshaped |= kind == "reshape"
                 position = below
-                share = frozenset({(node.id, 0)})
-                if share < self.consumers(below, run):
-                    edges = share
+                edges = self.only_through(node.id, below, run)
                 continue
             users = self.consumers(position, run)
             if len(users) == 1 and direction != "down":
@@ -528,6 +527,13 @@ class _Labeller:
             position, edges, transposes, reshaped = start, start_edges, 0, False
         label = self.meaning(run, position, edges, transposes, reshaped, expand)
         return replace(label, source=self.source(run, start, start_edges))
+
+    def only_through(self, view: str, below: Position, run: Run) -> frozenset[Edge] | None:
+        """The edge of the view `view` into the tensor at `below`, where that tensor has other
+        uses too (what comes through the view is then only its share); None where the view is
+        its only use (its whole gradient)."""
+        share = frozenset({(view, 0)})
+        return share if share < self.consumers(below, run) else None
 
     def unexpanded(self, position: Position) -> bool:
         """Whether the named tensor at `position` has as many elements as the argument being

@@ -120,3 +120,79 @@ def test_bmm_operands_are_named_through_a_fold(name: str) -> None:
              if arg.name == "grad_inputs[0]" and arg.meaning is not None]
     assert found
     assert all(meaning.wrt == "x" and meaning.layout == "reshaped" for meaning in found)
+
+
+class ExpandViewReused(nn.Module):
+    """x through an expand to its own shape and a view into bmm (as `matmul` and the math path
+    of scaled_dot_product_attention fold an operand), and used again directly."""
+
+    def forward(self, x: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = torch.bmm(a, x.expand(2, 3, 4).view(2, 3, 4)) + x
+        return out
+
+
+def test_a_share_through_a_no_op_expand_and_a_view_is_said_to_be_a_share() -> None:
+    """bmm's gradient of its second operand is only x's share through the expand (x has
+    another use): claimed as `∂loss/∂x`, it failed its check. Plain torch gives the share: the
+    expand's output's own gradient."""
+    generator = torch.Generator().manual_seed(3)
+    x = torch.randn(2, 3, 4, generator=generator, requires_grad=True)
+    a = torch.randn(2, 3, 3, generator=generator, requires_grad=True)
+    expanded = x.expand(2, 3, 4)
+    expanded.retain_grad()
+    (torch.bmm(a, expanded.view(2, 3, 4)) + x).sum().backward()
+    assert expanded.grad is not None and x.grad is not None
+    assert not torch.allclose(expanded.grad, x.grad)  # the share is not the whole
+
+    explanation = explain(ExpandViewReused(), x.detach().clone().requires_grad_(),
+                          a.detach().clone().requires_grad_())
+    assert explanation.failures() == []
+    found = [arg for walk_pass in explanation.walk.passes for event in walk_pass.events
+             if event.node == "BmmBackward0" and event.hook == "node"
+             for arg in event.args if arg.name == "grad_inputs[1]"]
+    assert len(found) == 2  # one in each pass
+    for arg in found:
+        assert arg.meaning is not None and arg.meaning.wrt == "x" and arg.meaning.via
+        assert "only the part via" in arg.meaning.text
+        assert arg.check is not None and arg.check.verified
+        assert arg.value is not None and arg.value.value is not None
+        torch.testing.assert_close(torch.tensor(arg.value.value),
+                                   expanded.grad.reshape(arg.value.shape))
+
+
+class SelfAttention(nn.Module):
+    """scaled_dot_product_attention with the input itself as the values: its math path (the
+    one with gradients on CPU) expands and views v into a bmm, and x is used again by q and
+    k."""
+
+    def __init__(self, causal: bool) -> None:
+        super().__init__()
+        self.q, self.k, self.causal = nn.Linear(4, 4), nn.Linear(4, 4), causal
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = nn.functional.scaled_dot_product_attention(
+            self.q(x), self.k(x), x, is_causal=self.causal)
+        return out
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_self_attention_with_the_input_as_values_walks(causal: bool) -> None:
+    """It exited 1 with six failed checks; every label now holds, and the input's and each
+    parameter's gradient are plain torch's."""
+    torch.manual_seed(0)
+    model = SelfAttention(causal)
+    x = torch.randn(2, 3, 4, generator=torch.Generator().manual_seed(1), requires_grad=True)
+    model(x).sum().backward()
+    assert x.grad is not None
+    expected = {"x": x.grad, **{name: parameter.grad for name, parameter
+                                 in model.named_parameters()}}
+    model.zero_grad(set_to_none=True)
+    explanation = explain(model, x.detach().clone().requires_grad_())
+    assert explanation.failures() == []
+    for walk_pass in explanation.walk.passes:
+        finals = {grad.name: grad for grad in walk_pass.grads}
+        for name, grad in expected.items():
+            assert grad is not None
+            value = finals[name].value
+            assert value is not None and value.value is not None
+            torch.testing.assert_close(torch.tensor(value.value), grad)
