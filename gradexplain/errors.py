@@ -213,9 +213,19 @@ class ModelRunError(BadInput):
     or it returned something that cannot be backpropagated)."""
 
 
-class ComplexValueError(ModelRunError):
+class HookValueError(ModelRunError):
+    """A hook was handed a tensor whose values gradexplain does not record (met in a hook,
+    which knows no model name: the capture adds it)."""
+
+
+class ComplexValueError(HookValueError):
     """A hook was handed a complex tensor: gradexplain labels real gradients only (a complex
     tensor's gradient is a conjugate Wirtinger derivative, which no label here says)."""
+
+
+class TransformedValueError(HookValueError):
+    """A hook was handed a tensor inside a torch.func transform (vmap, grad, jvp): a wrapper
+    of functorch's, with no values of its own to read (under vmap, one per sample)."""
 
 
 class HookRefusedError(BadInput):

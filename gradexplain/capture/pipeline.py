@@ -29,8 +29,8 @@ from gradexplain.capture.usercode import blamed_on_user
 from gradexplain.capture.values import value_limit
 from gradexplain.collector import collector_paused
 from gradexplain.errors import (
-    ComplexValueError,
     HookRefusedError,
+    HookValueError,
     ModelRunError,
     SpecRunError,
     UsageError,
@@ -245,7 +245,7 @@ def capture_module(model: nn.Module, inputs: tuple[torch.Tensor, ...], target: s
         try:
             return capture(source.spec, target, source.description, source.build, max_values,
                            stage.track(progress), threads)
-        except ComplexValueError as error:  # met in a hook, which knows no model name
+        except HookValueError as error:  # met in a hook, which knows no model name
             raise ModelRunError(f"{target}: {error}") from error
 
 

@@ -40,6 +40,7 @@ from gradexplain.capture.usercode import (
     user_frame,
     with_place,
 )
+from gradexplain.capture.values import dtype_name
 from gradexplain.errors import BadInput, Location, first_line
 from gradexplain.language.model import (
     BackwardSpec,
@@ -377,14 +378,14 @@ def python_source(model: nn.Module, inputs: Sequence[torch.Tensor], target: str,
                              f"{len(inputs)} inputs")
     for tensor, wanted in zip(inputs, grads, strict=True):
         if wanted and not tensor.is_floating_point():
-            raise ModelLoadError(f"{target}: an input of dtype {_dtype_name(tensor)} cannot "
+            raise ModelLoadError(f"{target}: an input of dtype {dtype_name(tensor)} cannot "
                                  "require grad (only floating tensors can)")
     _refuse_script(model, target)
     model = _initialised(model, inputs)
     names = input_names(model, len(inputs))
     where = Location(target)
     specs = tuple(
-        InputSpec(name, TensorInit("randn", tuple(tensor.shape), _dtype_name(tensor)),
+        InputSpec(name, TensorInit("randn", tuple(tensor.shape), _spec_dtype(tensor)),
                   wanted, where)
         for name, tensor, wanted in zip(names, inputs, grads, strict=True))
     root = ModuleSpec("", "", names, (), (), (), (), ("output",), where)
@@ -395,7 +396,7 @@ def python_source(model: nn.Module, inputs: Sequence[torch.Tensor], target: str,
     spec = ModelSpec(_display_name(target), about, target, 0, "float32", specs, root,
                      (backward,), (), (), (), (), PythonModel(target, loss, output))
     shapes = ", ".join(
-        f"{name}: {tuple(tensor.shape)} {_dtype_name(tensor)}{'' if wanted else ' (no grad)'}"
+        f"{name}: {tuple(tensor.shape)} {dtype_name(tensor)}{'' if wanted else ' (no grad)'}"
         for name, tensor, wanted in zip(names, inputs, grads, strict=True))
     lines = [f"# {command}" if command else f"# {target}", f"# inputs: {shapes}",
              f"# loss = {selected}.{loss}(); loss.backward()", safe_repr(model)]
@@ -435,8 +436,10 @@ def _refuse_script(model: nn.Module, target: str) -> None:
                 "forward: give the nn.Module as it was before torch.jit.script or trace")
 
 
-def _dtype_name(tensor: torch.Tensor) -> DType:
-    name = str(tensor.dtype).removeprefix("torch.")
+def _spec_dtype(tensor: torch.Tensor) -> DType:
+    """The spec language's dtype for an input (its own dtype is what builds use, and what the
+    description says: `dtype_name`)."""
+    name = dtype_name(tensor)
     return name if name in _DTYPES else "float32"  # type: ignore[return-value]
 
 

@@ -6,7 +6,7 @@ values out; the tracer and every check use these.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
@@ -15,7 +15,7 @@ from torch import nn
 
 from gradexplain.capture.build import make_tensor
 from gradexplain.capture.remembered import remembered
-from gradexplain.errors import ComplexValueError
+from gradexplain.errors import ComplexValueError, TransformedValueError
 from gradexplain.language.model import GradOutputs
 from gradexplain.records.trace import VALUE_LIMIT, Summary, TensorValue
 
@@ -41,6 +41,8 @@ def tensor_value(tensor: torch.Tensor | None) -> TensorValue | None:
     transposes on the same memory)."""
     if tensor is None:
         return None
+    if _transformed(tensor):
+        _refuse_transformed(tensor)
     limit = _value_limit.get()
     local = local_part(tensor)
     if local.numel() > limit and local.layout == torch.strided:
@@ -72,12 +74,13 @@ def _recorded(tensor: torch.Tensor, limit: int) -> TensorValue:
         # those of the dense tensor it stands for, which is what every check compares.
         data = data.to_dense()
     if data.numel() > limit:
-        return TensorValue(tuple(data.shape), _dtype_name(data), None, _summary(data))
+        return TensorValue(tuple(data.shape), dtype_name(data), None, _summary(data))
     _refuse_complex(data)
-    return TensorValue(tuple(data.shape), _dtype_name(data), data.tolist())
+    return TensorValue(tuple(data.shape), dtype_name(data), data.tolist())
 
 
-def _dtype_name(tensor: torch.Tensor) -> str:
+def dtype_name(tensor: torch.Tensor) -> str:
+    """A tensor's dtype as records and messages name it: `float32`, `bfloat16`, `int64`."""
     return str(tensor.dtype).removeprefix("torch.")
 
 
@@ -89,6 +92,21 @@ def _refuse_complex(data: torch.Tensor) -> None:
             "gradexplain labels real-valued gradients only (torch's gradient of a complex "
             "tensor is a conjugate Wirtinger derivative, which no label here says): keep "
             "complex arithmetic out of the model explained, or explain a real-valued part of it")
+
+
+# Whether a tensor is one of functorch's wrappers (torch.func.vmap, grad, jvp): they hold no
+# values of their own (reading their memory fails) and, under vmap, stand for one per sample.
+_transformed: Callable[[torch.Tensor], bool] = getattr(
+    torch._C._functorch, "is_functorch_wrapped_tensor", lambda tensor: False)
+
+
+def _refuse_transformed(tensor: torch.Tensor) -> None:
+    raise TransformedValueError(
+        f"a hook was handed a tensor inside a torch.func transform (vmap, grad or jvp; shape "
+        f"{tuple(tensor.shape)}): a wrapper of functorch's, whose values gradexplain does not "
+        "read (under vmap it stands for one value per sample): call the modules inside the "
+        "transform outside it (a function of plain tensor operations inside is fine), or "
+        "explain a part of the model without the transform")
 
 
 def _summary(data: torch.Tensor) -> Summary:
@@ -127,7 +145,7 @@ class _Summarised:
         """The record of `tensor`, whose values in memory order are `ordered`."""
         if tensor is ordered:
             if self.in_order is None:
-                self.in_order = TensorValue(tuple(tensor.shape), _dtype_name(tensor), None,
+                self.in_order = TensorValue(tuple(tensor.shape), dtype_name(tensor), None,
                                             self.summary)
             return self.in_order
         layout = (tensor.shape, tensor.stride())
@@ -137,7 +155,7 @@ class _Summarised:
             if not _unambiguous(summary.min, summary.max):
                 summary = _summary(tensor.detach())
             found = self.other_layouts[layout] = TensorValue(
-                tuple(tensor.shape), _dtype_name(tensor), None, summary)
+                tuple(tensor.shape), dtype_name(tensor), None, summary)
         return found
 
 
@@ -241,5 +259,5 @@ def grad_outputs(spec: GradOutputs, of: torch.Tensor) -> torch.Tensor:
     return make_tensor(spec.value).to(of.dtype)
 
 
-__all__ = ["grad_outputs", "in_float64", "recorded_tensor", "still_stored", "tensor_value",
-           "value_limit"]
+__all__ = ["dtype_name", "grad_outputs", "in_float64", "recorded_tensor", "still_stored",
+           "tensor_value", "value_limit"]

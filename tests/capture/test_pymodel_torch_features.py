@@ -228,6 +228,53 @@ def make_post_accumulate_returns():
     layer = nn.Linear(3, 3)
     layer.weight.register_post_accumulate_grad_hook(lambda p: p.grad.mul_(5))
     return layer
+
+
+class ModuleInJvp(nn.Module):
+    """A module called inside torch.func.jvp: its hooks are handed functorch's wrappers."""
+
+    def __init__(self):
+        super().__init__()
+        self.l = nn.Linear(3, 3)
+
+    def forward(self, x):
+        out, tangent = torch.func.jvp(lambda v: torch.sin(self.l(v)), (x,),
+                                      (torch.ones_like(x),))
+        return out * tangent
+
+
+class ModuleInVmap(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l = nn.Linear(3, 3)
+
+    def forward(self, x):
+        return torch.func.vmap(self.l)(x) * 2
+
+
+class OpsInTransforms(nn.Module):
+    """torch.func transforms of plain tensor operations, around no module."""
+
+    def __init__(self):
+        super().__init__()
+        self.l = nn.Linear(3, 3)
+
+    def forward(self, x):
+        h = self.l(x)
+        out, tangent = torch.func.jvp(torch.sin, (h,), (torch.ones_like(h),))
+        return out * tangent + torch.func.vmap(lambda row: row.tanh() * row)(h)
+
+
+def make_module_in_jvp():
+    return ModuleInJvp()
+
+
+def make_module_in_vmap():
+    return ModuleInVmap()
+
+
+def make_ops_in_transforms():
+    return OpsInTransforms()
 '''
 
 
@@ -369,6 +416,29 @@ def test_explain_refuses_a_bad_shape_with_the_packages_error(shape: tuple[int, .
         explain(torch.nn.Linear(3, 3), shape)
 
 
+def test_an_input_is_described_in_its_own_dtype() -> None:
+    """A bfloat16 input was described as float32 in the session's description (what a report
+    and `walk` print above the model), and a bool input asked to require grad was "of dtype
+    float32" in the error."""
+    from gradexplain import GradexplainError, explain
+
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(3, 2).to(torch.bfloat16)
+    x = torch.randn(4, 3, dtype=torch.bfloat16, requires_grad=True)
+    layer(x).sum().backward()
+    explanation = explain(layer, x.detach().clone().requires_grad_())
+    assert "(4, 3) bfloat16" in explanation.session.spec_text
+    assert "float32" not in explanation.session.spec_text.splitlines()[1]
+    assert explanation.failures() == []
+    got, = (grad for grad in explanation.walk.passes[0].grads if grad.name == "weight")
+    assert got.value is not None and got.value.value is not None
+    assert layer.weight.grad is not None
+    torch.testing.assert_close(torch.tensor(got.value.value, dtype=torch.bfloat16),
+                               layer.weight.grad)
+    with pytest.raises(GradexplainError, match="dtype bool cannot require grad"):
+        explain(torch.nn.Identity(), torch.ones(2, dtype=torch.bool), requires_grad=[True])
+
+
 # --- complex tensors, sparse gradients, a warning made an error ---------------------------------
 
 @pytest.mark.parametrize("factory", ["make_complex_inside", "make_complex_param",
@@ -393,6 +463,33 @@ def test_sparse_gradients_walk_against_torch(models: Path, factory: str) -> None
         for name, grad in expected.items():
             torch.testing.assert_close(torch.tensor(got[name], dtype=grad.dtype),
                                        grad.to_dense())
+
+
+@pytest.mark.parametrize("factory", ["make_module_in_jvp", "make_module_in_vmap"])
+def test_a_module_inside_a_torch_func_transform_is_refused_in_one_line(
+        models: Path, factory: str) -> None:
+    """Its hooks are handed functorch's wrappers, with no values of their own to read: it was
+    an internal error blamed on the model's forward ("Cannot access data pointer"), though
+    plain torch runs the model with every kind of hook (done here)."""
+    for register in ("register_backward_hook", "register_full_backward_hook"):
+        _, model = plain_torch(factory)
+        for module in model.modules():
+            module.register_forward_pre_hook(lambda *args: None)
+            module.register_forward_hook(lambda *args: None)
+            getattr(module, register)(lambda *args: None)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # legacy hooks' FutureWarning
+            model(torch.randn(4, 3, requires_grad=True)).sum().backward()
+        assert all(parameter.grad is not None for parameter in model.parameters())
+    assert_one_error_line(walk(models, factory), "torch.func transform")
+
+
+def test_transforms_of_plain_operations_walk_against_torch(models: Path) -> None:
+    """What the refusal above advises: the transforms around no module walk, every check
+    verified, the gradients plain torch's."""
+    doc = walked(models, "make_ops_in_transforms")
+    expected, _ = plain_torch("make_ops_in_transforms")
+    assert_grads_match(doc, expected)
 
 
 def test_a_warning_made_an_error_is_said_as_what_it_is(models: Path) -> None:
