@@ -31,6 +31,7 @@ from gradexplain.records.walk import (
     LabelledEvent,
     LeafGrad,
     ModuleWarning,
+    PassFailure,
     PassWalk,
     RunStep,
 )
@@ -58,6 +59,22 @@ def checked_pass(trace: PassTrace, view: GraphView, events: list[EventLabels],
         FinalGrad(name, value, None) for name, value in trace.grads)
     return PassWalk(trace.mode, labelled, grads, _warnings(trace), user_hooks=trace.user_hooks,
                     refusals=trace.refusals)
+
+
+def failed_alone(trace: PassTrace, other: PassTrace) -> tuple[PassFailure, ...]:
+    """The calls torch refused in `trace` and the spec did not expect, where `other` ran the
+    same call without that error: in the full pass, a hook only it registers (the model's own
+    full backward hook) made torch raise, which the walk's calls, the legacy pass's, do not
+    show."""
+    others = {run.index: run.error for run in other.runs}
+    found = []
+    for run in trace.runs:
+        error, twin = run.error, others.get(run.index)
+        if error is None or error.expected or (twin is not None and (
+                twin.category, twin.message) == (error.category, error.message)):
+            continue
+        found.append(PassFailure(run.index, run.kind, run.of, error))
+    return tuple(found)
 
 
 def graph_change(legacy_graph: Signature, full_graph: Signature) -> str | None:
@@ -228,4 +245,4 @@ def _warnings(trace: PassTrace) -> tuple[ModuleWarning, ...]:
                  for (module, category, message, phase), count in counts.items())
 
 
-__all__ = ["checked_pass", "run_steps"]
+__all__ = ["checked_pass", "failed_alone", "graph_change", "run_steps"]

@@ -20,7 +20,7 @@ from gradexplain.capture.derive import derivations
 from gradexplain.capture.inplace import Probe, probe_inplace
 from gradexplain.capture.label import label_pass
 from gradexplain.capture.lessons import lessons_for
-from gradexplain.capture.passes import checked_pass, graph_change, run_steps
+from gradexplain.capture.passes import checked_pass, failed_alone, graph_change, run_steps
 from gradexplain.capture.pins import Pins
 from gradexplain.capture.remembered import remembering
 from gradexplain.capture.replay import Replay, ReplayMismatch
@@ -167,6 +167,7 @@ def _label_and_check(spec: ModelSpec, spec_path: str, legacy: PassTrace, full: P
         passes.append(checked_pass(trace_, pass_view, events, pass_replay, pass_pins))
     if changed is not None:
         passes[1] = replace(passes[1], graph_changed=changed)
+    passes[1] = replace(passes[1], failed_runs=failed_alone(full, legacy))
     runs = run_steps(spec, legacy, view, replay)
     progress(STAGES[7])
     return Walk(

@@ -10,6 +10,7 @@ from dataclasses import dataclass, fields
 from functools import cached_property
 from typing import Literal
 
+from gradexplain.errors import first_line_of
 from gradexplain.records.check import NOT_FINITE_SUMMARY, Check, Failure
 from gradexplain.records.frozen import quick_init
 from gradexplain.records.lessons.activations import ActivationLesson
@@ -204,6 +205,32 @@ class FinalGrad:
     modified_by: str | None = None  # the user's hook that changed it (then not checked)
 
 
+# What a call torch refused in one pass alone counts as: a failed check.
+PASS_FAILURE_CLAIM = "a call torch refused in this pass, not as in the other pass"
+
+
+@dataclass(frozen=True)
+class PassFailure:
+    """A backward or grad call that torch refused in this pass, not as in the other pass (which
+    ran it, or refused it with another error): a hook only this pass registers made it fail
+    (a full backward hook of the model's own returning a gradient of another shape)."""
+
+    run: int
+    kind: Literal["backward", "grad"]
+    of: str
+    error: RunError
+
+    @property
+    def where(self) -> str:
+        return f"run {self.run}, {self.kind} of {self.of}"
+
+    def sentence(self) -> str:
+        """What happened, in one line: `run 1, backward of loss: torch raised RuntimeError in
+        this pass alone: <torch's first line>`."""
+        return (f"{self.where}: torch raised {self.error.category} in this pass, not as in the "
+                f"legacy pass: {first_line_of(self.error.message)}")
+
+
 @dataclass(frozen=True)
 class PassWalk:
     """One pass (legacy or full module hooks): its labelled timeline and its final `.grad`s."""
@@ -218,6 +245,9 @@ class PassWalk:
     user_hooks: tuple[UserHook, ...] = ()  # the user's own hooks, and whether this pass ran them
     # Modules torch refuses full hooks on (an in-place op): no full events for them.
     refusals: tuple[Refusal, ...] = ()
+    # The calls torch refused in this pass, not as in the legacy pass (whose calls are the
+    # walk's `runs`): each a failed check.
+    failed_runs: tuple[PassFailure, ...] = ()
 
 
 @quick_init
@@ -337,6 +367,9 @@ class Walk:
         yield from self.run_checks()
         yield from self.lesson_checks()
         for walk_pass in self.passes:
+            for failure in walk_pass.failed_runs:
+                yield Failure(walk_pass.mode, failure.where, PASS_FAILURE_CLAIM,
+                              Check(False, math.inf, None))
             for event in walk_pass.events:
                 for arg in event.args:
                     if arg.check is not None:
@@ -358,6 +391,7 @@ def _event_where(event: LabelledEvent, arg: str) -> str:
     return f"#{event.seq} {event.hook} {module_title(event.target)} {arg}"
 
 
-__all__ = ["Check", "Derivation", "DerivationLine", "Failure", "FinalGrad", "LabelledArg",
-           "LabelledEvent", "Layout", "LeafGrad", "Lessons", "Meaning", "ModuleWarning",
-           "PassWalk", "Pin", "Place", "RunStep", "Term", "Use", "Walk"]
+__all__ = ["PASS_FAILURE_CLAIM", "Check", "Derivation", "DerivationLine", "Failure", "FinalGrad",
+           "LabelledArg", "LabelledEvent", "Layout", "LeafGrad", "Lessons", "Meaning",
+           "ModuleWarning", "PassFailure", "PassWalk", "Pin", "Place", "RunStep", "Term", "Use",
+           "Walk"]

@@ -71,6 +71,12 @@ def pass_json(walk_pass: PassWalk) -> Fields:
     })
     if walk_pass.graph_changed:
         result["graph_changed"] = walk_pass.graph_changed
+    if walk_pass.failed_runs:
+        # Beyond the contract, only where torch refused a call in this pass alone.
+        result["failed_runs"] = [
+            {"run": failure.run, "kind": failure.kind, "of": failure.of,
+             "category": failure.error.category, "message": failure.error.message}
+            for failure in walk_pass.failed_runs]
     if walk_pass.user_hooks:
         # Beyond the contract, only for a model with hooks of its own: each, and whether this
         # pass ran it (and why not).

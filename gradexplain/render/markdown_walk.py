@@ -131,6 +131,9 @@ def pass_markdown(walk_pass: PassWalk, level: int = 2, warnings: bool = True) ->
         parts += ["torch refuses full backward hooks where a tensor they would wrap is changed "
                   "in place: this pass leaves them off these modules and hooks everything else.",
                   bullets([escape(refusal_text(item)) for item in walk_pass.refusals])]
+    if walk_pass.failed_runs:
+        parts.append(bullets([f"✗ {bold('FAILED')}: {escape(failure.sentence())}"
+                              for failure in walk_pass.failed_runs]))
     if walk_pass.events:
         parts.append(timeline_table(walk_pass.events))
     else:

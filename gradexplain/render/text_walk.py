@@ -98,6 +98,9 @@ def _notes(walk_pass: PassWalk) -> list[RenderableType]:
                              (0, 0, 0, 2)))
     for refusal in walk_pass.refusals:
         notes.append(Padding(Text(refusal_text(refusal), style="yellow"), (0, 0, 0, 2)))
+    for failure in walk_pass.failed_runs:
+        notes.append(Padding(Text(f"✗ FAILED: {failure.sentence()}", style="bold red"),
+                             (0, 0, 0, 2)))
     return notes
 
 

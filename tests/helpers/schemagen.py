@@ -373,8 +373,28 @@ def walk_pass_defs(derived: Derived) -> dict[str, Schema]:
                                             "full backward hooks on (an in-place op on what "
                                             "the hooks wrap), left without them in the full "
                                             "pass; empty in the legacy pass."},
+                "failed_runs": {"type": "array", "items": {"$ref": "#/$defs/failed_run"},
+                                "description": "Beyond the contract, present only in a full "
+                                               "pass where torch refused a call it did not "
+                                               "refuse so in the legacy pass (a full "
+                                               "backward hook of the model's own returning "
+                                               "a gradient of another shape): each is a "
+                                               "failed check."},
             },
             "required": ["mode", "events", "grads"],
+        },
+        "failed_run": {
+            "description": "A backward or grad call torch refused in this pass alone.",
+            "type": "object",
+            "properties": {
+                "run": {"type": "integer", "minimum": 1},
+                "kind": {"enum": ["backward", "grad"]},
+                "of": {"type": "string"},
+                "category": {"type": "string", "description": "The exception's type name."},
+                "message": {"type": "string", "description": "What torch said."},
+            },
+            "required": ["run", "kind", "of", "category", "message"],
+            "additionalProperties": False,
         },
         "refusal": {
             "description": "A module torch refuses full backward hooks on, and why.",
