@@ -410,14 +410,14 @@ def _progress_bar(wanted: bool = True) -> Iterator[Callable[[str], None] | None]
     if not wanted or not sys.stderr.isatty():
         yield None
         return
-    from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from gradexplain.capture.pipeline import STAGES
+    from gradexplain.render.console import terminal_console
 
     columns = (TextColumn("{task.description:<16}"), BarColumn(), TimeElapsedColumn())
     # The console holds this stderr itself: while the user's code runs, sys.stderr is theirs.
-    console = Console(file=sys.stderr, stderr=True)
+    console = terminal_console(file=sys.stderr, stderr=True)
     with Progress(*columns, console=console, transient=True) as bar:
         task = bar.add_task("loading", total=len(STAGES))
 

@@ -196,14 +196,12 @@ def _show_pieces(pieces: Iterator[str]) -> None:
 
 
 def _show_rich(renderable: RenderableType) -> None:
-    from rich.console import Console
-
-    from gradexplain.render.console import plain_text, safe_print
+    from gradexplain.render.console import plain_text, safe_print, terminal_console
 
     if sys.stdout.isatty():
         # Laid out and coloured for the terminal, then written as every output is (`_emit`):
         # rich's own write would fail on a character the terminal's encoding cannot hold.
-        console = Console()
+        console = terminal_console()
         with console.capture() as captured:
             safe_print(console, renderable)
         _emit(captured.get(), nl=False)

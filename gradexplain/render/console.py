@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import sys
+from typing import IO
 
 from rich.console import Console, RenderableType
 from rich.segment import Segment, Segments
@@ -14,6 +15,14 @@ from gradexplain.render.plain import plain_lines
 from gradexplain.safe_text import safe_text
 
 PIPE_WIDTH = 100
+
+
+def terminal_console(file: IO[str] | None = None, stderr: bool = False) -> Console:
+    """A console for the terminal, as wide as it says; at PIPE_WIDTH where it says nothing
+    usable (`COLUMNS=0`, which rich takes as a width of nothing and prints nothing at)."""
+    console = Console(file=file, stderr=stderr)
+    return console if console.width >= 1 else Console(file=file, stderr=stderr,
+                                                      width=PIPE_WIDTH)
 
 
 def safe_print(console: Console, renderable: RenderableType) -> None:

@@ -109,14 +109,14 @@ def test_a_latin_1_terminal_gets_json_that_parses_and_text_with_escapes() -> Non
     assert "\\u2202z/\\u2202t" in as_text.stdout.decode("latin-1")
 
 
-@pytest.mark.skipif(not hasattr(os, "openpty"), reason="no pseudo-terminals on this system")
-@pytest.mark.parametrize("encoding", ["latin-1", "ascii"])
-def test_a_terminal_that_cannot_hold_the_symbols_gets_the_text(encoding: str) -> None:
+def _on_a_terminal(command: str, **environment: str) -> str:
+    """`gradexplain COMMAND specs/two_modules.yaml` with stdout and stderr a pseudo-terminal:
+    what it showed there (exit 0 asserted)."""
     terminal, its_end = os.openpty()
     process = subprocess.Popen(
-        [sys.executable, "-m", "gradexplain", "walk", str(SPECS / "two_modules.yaml")],
+        [sys.executable, "-m", "gradexplain", command, str(SPECS / "two_modules.yaml")],
         stdin=subprocess.DEVNULL, stdout=its_end, stderr=its_end, cwd=REPO,
-        env=_environment(unbuffered=False, PYTHONIOENCODING=encoding, COLUMNS="100"))
+        env=_environment(unbuffered=False, **environment))
     os.close(its_end)
     shown = bytearray()
     while True:
@@ -129,8 +129,24 @@ def test_a_terminal_that_cannot_hold_the_symbols_gets_the_text(encoding: str) ->
         shown += piece
     os.close(terminal)
     assert process.wait(timeout=100) == 0, shown.decode("latin-1")
-    assert "checks verified" in shown.decode("latin-1")
-    assert "internal error" not in shown.decode("latin-1")
+    return shown.decode("latin-1")
+
+
+@pytest.mark.skipif(not hasattr(os, "openpty"), reason="no pseudo-terminals on this system")
+@pytest.mark.parametrize("encoding", ["latin-1", "ascii"])
+def test_a_terminal_that_cannot_hold_the_symbols_gets_the_text(encoding: str) -> None:
+    shown = _on_a_terminal("walk", PYTHONIOENCODING=encoding, COLUMNS="100")
+    assert "checks verified" in shown
+    assert "internal error" not in shown
+
+
+@pytest.mark.skipif(not hasattr(os, "openpty"), reason="no pseudo-terminals on this system")
+@pytest.mark.parametrize("command", ["walk", "diff"])
+def test_a_terminal_of_no_width_gets_the_text(command: str) -> None:
+    """COLUMNS=0 made rich lay everything out in no columns: nothing was shown, exit 0."""
+    shown = _on_a_terminal(command, COLUMNS="0")
+    assert "two_modules" in shown
+    assert ("checks verified" if command == "walk" else "verdict") in shown
 
 
 CLOSES_STDERR = """
