@@ -127,6 +127,15 @@ class Cursor:
             self.expected(what)
         return self.value
 
+    def line(self, what: str) -> str:
+        """Text with no line break in it (`what` heads outputs, and one line of a summary)."""
+        text = self.text(what)
+        if "".join(text.splitlines()) != text:
+            self.fail(f"{what} is one line of text: it heads every output, so a line break in "
+                      "it would start a line of its own there; got "
+                      f"{len(text.splitlines())} lines")
+        return text
+
     def choice(self, what: str, kind: str, choices: Sequence[Choice], note: str = "") -> Choice:
         """Text that must be one of `choices` (`what` it is expected to be otherwise); an
         unknown one is named as an unknown `kind`, with the nearest choice and all of them."""

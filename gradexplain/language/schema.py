@@ -63,7 +63,7 @@ def read_spec(doc: Document) -> ModelSpec:
     reader = _Reader(doc)
     if "dtype" in top:
         reader.dtype = reader.dtype_of(top["dtype"])
-    name = top["name"].text() if "name" in top else _stem(doc.file)
+    name = top["name"].line("the name") if "name" in top else _stem(doc.file)
     about = top["about"].text() if "about" in top else ""
     seed = top["seed"].integer(0, 2**63 - 1) if "seed" in top else 0
     inputs = tuple(reader.input(key, cursor) for key, cursor in

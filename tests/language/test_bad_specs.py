@@ -41,6 +41,14 @@ CASES = [
          "forward: ['y = l(x)']\nbackward: y\n",
          "4:16", "layers.l.Linear.in_featurs", ("did you mean 'in_features'?",)),
     Case("missing_forward", GOOD_HEAD + "backward: x\n", "1:1", "", ("missing the key 'forward'",)),
+    # A name heads every output (validate's summary line, walk's header, a report's heading):
+    # a line break in it forged lines of their own there ("error: ...", a markdown heading).
+    Case("name_with_newline", 'name: "two\\nerror: FAKE LINE"\n' + GOOD_HEAD
+         + "forward: ['y = x * 2']\nbackward: y\n", "1:7", "name",
+         ("the name is one line of text", "2 lines")),
+    Case("name_with_carriage_return", 'name: "a\\rb"\n' + GOOD_HEAD
+         + "forward: ['y = x * 2']\nbackward: y\n", "1:7", "name",
+         ("the name is one line of text",)),
     Case("wrong_type_bool",
          "inputs:\n  x: {value: 1.0, requires_grad: 'yes'}\nforward: ['y = x * 2']\nbackward: y\n",
          "2:'yes'", "inputs.x.requires_grad", ("expected true or false", "the text 'yes'")),
