@@ -18,6 +18,7 @@ import importlib.util
 import inspect
 import io
 import math
+import pickle
 import sys
 import warnings
 from collections.abc import Sequence
@@ -241,8 +242,7 @@ def load_inputs(path: Path) -> tuple[torch.Tensor, ...]:
             warnings.simplefilter("ignore")
             loaded = torch.load(io.BytesIO(data), weights_only=True)
     except Exception as error:
-        raise ModelLoadError(f"--inputs {path}: not a tensor file torch can load safely "
-                             f"({first_line(error)})") from error
+        raise ModelLoadError(f"--inputs {path}: {_unloadable(data, error)}") from error
     items = (loaded,) if isinstance(loaded, torch.Tensor) else loaded
     if not isinstance(items, (tuple, list)):
         raise ModelLoadError(f"--inputs {path}: expected a tensor or a list of tensors, found "
@@ -401,6 +401,29 @@ def python_source(model: nn.Module, inputs: Sequence[torch.Tensor], target: str,
     lines = [f"# {command}" if command else f"# {target}", f"# inputs: {shapes}",
              f"# loss = {selected}.{loss}(); loss.backward()", safe_repr(model)]
     return PythonSource(spec, model, tuple(inputs), "\n".join(lines) + "\n")
+
+
+# How a file torch.save wrote begins: a zip archive (torch's format since 1.6), or a pickle
+# (protocol 2 and later: the older format).
+_ZIP_START, _PICKLE_START = b"PK\x03\x04", b"\x80"
+
+
+def _unloadable(data: bytes, error: Exception) -> str:
+    """Why `torch.load(weights_only=True)` could not load an `--inputs` file, read from the
+    file itself rather than from torch's words (whose advice, to load it with weights_only
+    off, would run the file's code: gradexplain never does)."""
+    if not data:
+        return ("the file is empty: save the inputs with torch.save(x, path), or "
+                "torch.save([x, y], path) for several")
+    if not data.startswith((_ZIP_START, _PICKLE_START)):
+        return ("not a file torch.save wrote (it begins as neither a zip archive nor a "
+                "pickle): save the inputs with torch.save(x, path)")
+    if isinstance(error, pickle.UnpicklingError):
+        return ("it holds something other than tensors, which torch loads only by running "
+                "code from the file (gradexplain never does): save a tensor, or a list or "
+                "tuple of tensors")
+    return (f"torch could not read it as a file torch.save wrote (cut short or damaged?): "
+            f"{first_line(error)}")
 
 
 def _initialised(model: nn.Module, inputs: Sequence[torch.Tensor]) -> nn.Module:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -101,8 +102,20 @@ BAD = [
         ("--input: only for a Python model",)),
     Bad("input_and_inputs", ("walk", f"{PYMODELS}:make_mlp", "--input", "4x3", "--inputs",
                              "{tmp}/x.pt"), ("give --input shapes or --inputs FILE, not both",)),
+    # Why a file does not load is read from the file, not from torch: its message advised
+    # loading with weights_only off, which would run the file's code.
     Bad("inputs_not_a_tensor_file", ("walk", f"{PYMODELS}:make_mlp", "--inputs", "README.md"),
-        ("--inputs README.md: not a tensor file torch can load safely",)),
+        ("--inputs README.md: not a file torch.save wrote", "torch.save(x, path)")),
+    Bad("inputs_an_empty_file", ("walk", f"{PYMODELS}:make_mlp", "--inputs", "{tmp}/zero.pt"),
+        ("zero.pt: the file is empty: save the inputs with torch.save",)),
+    Bad("inputs_an_object", ("walk", f"{PYMODELS}:make_mlp", "--inputs", "{tmp}/object.pt"),
+        ("object.pt: it holds something other than tensors, which torch loads only by running "
+         "code from the file (gradexplain never does)",)),
+    Bad("inputs_a_plain_pickle", ("walk", f"{PYMODELS}:make_mlp", "--inputs",
+                                  "{tmp}/pickled.pt"),
+        ("pickled.pt: it holds something other than tensors",)),
+    Bad("inputs_cut_short", ("walk", f"{PYMODELS}:make_mlp", "--inputs", "{tmp}/cut.pt"),
+        ("cut.pt: torch could not read it as a file torch.save wrote (cut short or damaged?)",)),
     Bad("inputs_a_dict", ("walk", f"{PYMODELS}:make_mlp", "--inputs", "{tmp}/dict.pt"),
         ("expected a tensor or a list of tensors, found a dict",)),
     Bad("inputs_an_empty_list", ("walk", f"{PYMODELS}:make_mlp", "--inputs", "{tmp}/empty.pt"),
@@ -146,6 +159,11 @@ def bad_files(tmp_path: Path) -> Path:
     (tmp_path / "broken.py").write_text(
         "raise ImportError('needs the flux capacitor\\nand a second line')\n", encoding="utf-8")
     torch.save(torch.zeros(4, 3), tmp_path / "x.pt")
+    (tmp_path / "zero.pt").write_bytes(b"")
+    torch.save([torch.zeros(4, 3), Path("an object")], tmp_path / "object.pt")
+    (tmp_path / "pickled.pt").write_bytes(pickle.dumps(Path("an object")))
+    whole = (tmp_path / "x.pt").read_bytes()
+    (tmp_path / "cut.pt").write_bytes(whole[:len(whole) // 2])
     torch.save({"x": torch.zeros(4, 3)}, tmp_path / "dict.pt")
     torch.save([], tmp_path / "empty.pt")
     torch.save([torch.zeros(4, 3), 7], tmp_path / "mixed.pt")
