@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from gradexplain.analysis.verdict import align, verdict
+from gradexplain.errors import first_line_of
 from gradexplain.records.diff import ArgRow, CallDiff, Finding, HookDiff, ModuleDiff, unique
 from gradexplain.records.graph import GraphView
 from gradexplain.records.names import canonical_name
@@ -21,7 +22,7 @@ from gradexplain.records.paths import module_title
 from gradexplain.records.refusals import refusal_text
 from gradexplain.records.session import Session
 from gradexplain.records.trace import ModuleCall, PassTrace, TensorRecord
-from gradexplain.records.walk import LabelledArg, LabelledEvent, Meaning, PassWalk
+from gradexplain.records.walk import LabelledArg, LabelledEvent, Meaning, PassFailure, PassWalk
 
 
 def compare(session: Session) -> HookDiff:
@@ -464,6 +465,12 @@ class _Module:
             for refusal in self.refusals:
                 yield Finding("refused", f"full never fires: {refusal_text(refusal)}")
             return
+        failure = self.full_failure(run)
+        if failure is not None:
+            yield Finding("never_fires", f"full never fires: torch raised "
+                          f"{failure.error.category} in the full pass's run {run} before it "
+                          f"could: {first_line_of(failure.error.message)}")
+            return
         warned = self.full_warnings()
         hidden = [str(index) for index, tensor in enumerate(call.outputs) if tensor is None]
         why = (f"torch warned: {warned[0]}" if warned
@@ -493,10 +500,17 @@ class _Module:
         nothing there: full's grad_input[index] is None or zeros labelled as such (an argument
         the module never uses, or one without grad), or full did not fire for want of one."""
         if full is None:
-            return not self.refusals and not self.full_warnings()
+            return not self.refusals and not self.full_warnings() and not any(
+                walk_pass.failed_runs for walk_pass in self.session.walk.passes)
         arg = next((item for item in full.args if item.name == f"grad_input[{index}]"), None)
         return arg is not None and (arg.value is None or (
             arg.meaning is not None and arg.meaning.kind == "zero"))
+
+    def full_failure(self, run: int) -> PassFailure | None:
+        """The full pass's failure of call `run`, where torch refused it there alone (a
+        model's own full hook returning a gradient of another shape)."""
+        return next((failure for walk_pass in self.session.walk.passes
+                     for failure in walk_pass.failed_runs if failure.run == run), None)
 
     def full_warnings(self) -> list[str]:
         """What torch warned of this module in the full pass (a result full hooks cannot

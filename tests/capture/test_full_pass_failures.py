@@ -137,3 +137,25 @@ def test_a_call_the_legacy_pass_alone_fails_stays_the_walks_own_failed_call() ->
     assert step.error is not None and step.error.category == "RuntimeError"
     assert all(walk_pass.failed_runs == () for walk_pass in explanation.walk.passes)
     assert len(explanation.failures()) == 1
+
+
+def test_diff_says_why_the_full_hook_never_fired() -> None:
+    """diff said "full never fires: no gradient reached 0's inputs", where torch raised in
+    the full pass before the hook could fire (the gradient did reach it in plain torch's
+    legacy run, done here)."""
+    torch.manual_seed(0)
+    model = _wrong_shape_pre_hook()
+    explanation = explain(model, (2, 3))
+    texts = [finding.text for module in explanation.diff().modules
+             for finding in module.findings() if "full never fires" in finding.text]
+    assert texts
+    assert all("torch raised RuntimeError in the full pass's run 1" in text for text in texts)
+    assert not any("no gradient reached" in text for text in texts)
+    legacy_model = _wrong_shape_pre_hook()
+    seen: list[torch.Tensor] = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        legacy_model[0]._backward_pre_hooks.clear()  # the model's own full hook: not legacy's
+        legacy_model[0].register_backward_hook(lambda module, gi, go: seen.append(go[0]))
+        legacy_model(torch.randn(2, 3, requires_grad=True)).sum().backward()
+    assert seen  # a gradient reaches the module
