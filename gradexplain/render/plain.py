@@ -92,7 +92,9 @@ _NARROW: set[str] = set()
 def _fits(plain: str, width: int) -> bool:
     """Whether `plain` takes at most `width` cells, as rich measures them."""
     if len(plain) > width:
-        return cell_len(plain) <= width  # zero-width characters: rare, measured by rich
+        # More characters than cells (zero-width ones): rare, and left to rich, which wraps
+        # such a line by its characters (a trailing U+2028 past the width is dropped).
+        return False
     if plain.isascii() and plain.isprintable():
         return True
     new = set(plain).difference(_NARROW)

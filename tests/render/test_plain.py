@@ -93,3 +93,11 @@ def test_piped_text_is_plain() -> None:
         assert b"\x1b" not in done.stdout, args
         assert not re.search(rb"[\x00-\x08\x0b-\x1f]", done.stdout), args
 
+
+
+def test_a_zero_width_space_past_a_full_line_is_dropped_as_rich_drops_it() -> None:
+    """Found by the property above: a line whose visible characters fill the width, then a
+    zero-width whitespace (U+2028): rich wraps by characters and drops it; the plain path
+    kept it."""
+    for text in ("aaaaaa  word\u2028", "abcdefghijkl\u2028", "e\u0301" * 12):
+        assert plain_text(Text(text), 12) == rich_only(Text(text), 12), text
