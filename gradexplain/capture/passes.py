@@ -182,8 +182,8 @@ def run_steps(spec: ModelSpec, trace: PassTrace, view: GraphView,
     changes = Changes(trace, view)
     for run in trace.runs:
         backward = run.kind == "backward"
-        retain = (spec.backwards[run.call].retain_graph if backward
-                  else spec.grads[run.call].retain_graph)
+        call = spec.backwards[run.call] if backward else spec.grads[run.call]
+        retain = call.retain_graph
         before = dict(run.before)
         leaves = []
         for name, after in run.after:
@@ -205,7 +205,7 @@ def run_steps(spec: ModelSpec, trace: PassTrace, view: GraphView,
                      if event.run == run.index and event.hook == "post_accumulate_grad")
         steps.append(RunStep(run.index, run.kind, run.of, run.wrt, run.seed,
                              backward and run.fresh and run.index > 1, retain, tuple(leaves),
-                             posted, run.error, explanation))
+                             posted, run.error, explanation, call.expect_error))
     return tuple(steps)
 
 

@@ -270,7 +270,8 @@ class RunStep:
     `.grad` around it and, if torch refused it, the error explained.
 
     `post_accumulate` counts the post-accumulate-grad hook calls it caused (none under
-    autograd.grad); `expected` says the spec declared the error (`expect_error:`).
+    autograd.grad); `expect_error` is the text the spec expects torch's error to contain
+    (`expect_error:`), and the error's `expected` says whether it did.
     """
 
     run: int
@@ -284,6 +285,7 @@ class RunStep:
     post_accumulate: int
     error: RunError | None = None
     explanation: ErrorExplanation | None = None
+    expect_error: str | None = None  # the text the spec expects torch's message to contain
 
     @property
     def unexpected(self) -> bool:
@@ -351,9 +353,10 @@ class Walk:
                     yield Failure(None, f"{where}, {leaf.name}.grad", ".grad before + added",
                                   leaf.check)
             if step.error is not None and step.unexpected:
+                expected = ("which the spec did not expect" if step.expect_error is None
+                            else "not with the error the spec expects")
                 yield Failure(None, where, f"a call torch refused ({step.error.category}), "
-                              "which the spec did not expect (explained above)",
-                              Check(False, math.inf, None))
+                              f"{expected} (explained above)", Check(False, math.inf, None))
 
     def lesson_checks(self) -> Iterator[Failure]:
         """The lessons' own checks (their identities, against the hook-free run)."""

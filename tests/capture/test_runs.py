@@ -174,6 +174,29 @@ def test_an_unexpected_error_is_explained_and_exits_1(
     assert "Traceback" not in result.stdout + result.stderr
 
 
+OTHER_ERROR = UNEXPECTED.replace("  - {of: y, gradient: [1.0, 1.0]}\n  - {of: y, gradient",
+                                  "  - {of: y, gradient: [1.0, 1.0]}\n  - {of: y, expect_error: "
+                                  "'some other message', gradient")
+
+
+def test_an_error_other_than_the_one_expected_says_what_was_expected(
+        write_spec: Callable[[str, str], Path]) -> None:
+    """The second backward through a freed graph raises, but not the error the spec expects:
+    that said "which the spec did not expect", and never showed what the spec expected."""
+    x = torch.tensor([1.0, 2.0], requires_grad=True)
+    y = x * 3
+    y.backward(torch.ones(2))
+    with pytest.raises(RuntimeError) as raised:
+        y.backward(torch.ones(2))
+    assert "some other message" not in str(raised.value)
+    assert "expect_error: 'some other message'" in OTHER_ERROR
+    result = run_cli("walk", str(write_spec(OTHER_ERROR, "spec.yaml")), "--pass", "legacy")
+    assert result.code == 1, result.stderr
+    assert ("✗ torch raised RuntimeError, but its message does not contain 'some other "
+            "message', which the spec expects") in " ".join(result.stdout.split())
+    assert "which the spec did not expect" not in result.stdout
+
+
 MISSING = """\
 inputs:
   x: {value: [1.0, 2.0], requires_grad: true}

@@ -49,6 +49,9 @@ def error_verdict(step: RunStep) -> str:
     assert step.error is not None
     if step.error.expected:
         return f"torch raised {step.error.category}, as the spec expected ✓"
+    if step.expect_error is not None:
+        return (f"✗ torch raised {step.error.category}, but its message does not contain "
+                f"{step.expect_error!r}, which the spec expects")
     return f"✗ torch raised {step.error.category}, which the spec did not expect"
 
 
