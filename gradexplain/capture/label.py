@@ -488,12 +488,22 @@ class _Labeller:
             kind = VIEWS.get(node.name)
             below = self.view.resolve(node.next[0] if node.next else None)
             if kind is not None and below is not None and direction != "up":
+                if kind == "transpose" and self.flat(below):
+                    # `t()` of a vector or a number gives it back as it is: no view at all.
+                    position = below
+                    edges = self.only_through(node.id, below, run)
+                    continue
                 if kind == "expand" and direction == "down":
                     # An expand under other views (`matmul` expands each operand to the batch
                     # shape, then folds the batch into one dim): to the tensor's own size it is
-                    # no view at all; a broadcast under a reshape no one layout word says.
+                    # no view at all, or a reshape where it adds dims of size 1 (`(4,)` to
+                    # `(1, 4)`); a broadcast under a reshape no one layout word says.
                     if not self.unexpanded(below):
                         break
+                    if self.shape(position) != self.shape(below):
+                        if _mixed("reshape", transposes, reshaped):
+                            break
+                        reshaped = True
                     position = below
                     edges = self.only_through(node.id, below, run)
                     continue
@@ -513,6 +523,12 @@ class _Labeller:
             if len(users) == 1 and direction != "down":
                 (user, _), = users
                 user_kind = VIEWS.get(self.view.name_of(user))
+                if user_kind == "transpose" and self.flat(position):
+                    user_kind = "identity"  # `t()` of a vector: the vector itself
+                if user_kind == "identity":
+                    direction = "up"
+                    position = (user, 0)
+                    continue
                 if user_kind in ("transpose", "reshape") and not _mixed(
                         user_kind, transposes, reshaped):
                     direction = "up"
@@ -536,11 +552,22 @@ class _Labeller:
         return share if share < self.consumers(below, run) else None
 
     def unexpanded(self, position: Position) -> bool:
-        """Whether the named tensor at `position` has as many elements as the argument being
+        """Whether the tensor at `position` has as many elements as the argument being
         labelled, which views of it reach: an expand between them then broadcast nothing."""
+        shape = self.shape(position)
+        return shape is not None and math.prod(shape) == math.prod(self.arg_shape)
+
+    def flat(self, position: Position) -> bool:
+        """Whether the tensor at `position` has fewer than two dims (its `t()` is itself)."""
+        shape = self.shape(position)
+        return shape is not None and len(shape) < 2
+
+    def shape(self, position: Position) -> tuple[int, ...] | None:
+        """The shape of the tensor at `position`: its record's, or the graph's (None: neither
+        recorded it)."""
         names = self.view.names.get(position)
         record = self.trace.named(names[0]) if names else None
-        return record is not None and math.prod(record.shape) == math.prod(self.arg_shape)
+        return tuple(record.shape) if record is not None else self.view.shape_at(position)
 
     def source(self, run: Run, position: Position, edges: frozenset[Edge] | None) -> Source:
         rank = self.view.rank
@@ -564,8 +591,9 @@ class _Labeller:
             share = frozenset({(expand, 0)})
             restricted = share < self.consumers(position, run)
             via = (Use(self.output_name(expand)),) if restricted else ()
-            record = self.trace.named(wrt)
-            summed_dims = _broadcast_dims(record.shape if record else None, self.arg_shape)
+            expanded = self.view.shape_at((expand, 0))
+            summed_dims = _broadcast_dims(self.shape(position),
+                                          self.arg_shape if expanded is None else expanded)
         text, latex, partial = claim_text(run.of, wrt, layout, via, summed_dims, self.naming,
                                           run.seed is not None)
         meaning = Meaning(run.of, wrt, _aliases(names, wrt), layout, text, latex, partial,

@@ -618,6 +618,7 @@ class _Recorder:
                       node.next_functions),
                 self.leaf_index(getattr(node, "variable", None)),
                 made.get(node),
+                _output_shapes(node),
             )
             for node in self.node_objects
         )
@@ -628,6 +629,15 @@ class _Recorder:
         return PassTrace(self.mode, tuple(self.events), tuple(tensors), graph,
                          tuple(self.calls), tuple(self.runs), grads, tuple(self.warnings),
                          tuple(self.user_hooks), self.refusals)
+
+
+def _output_shapes(node: Node) -> tuple[tuple[int, ...], ...]:
+    """The shapes of a node's outputs, as torch keeps them to check the gradients coming
+    back (nothing where a node keeps none it can give)."""
+    try:
+        return tuple(tuple(meta.shape) for meta in node._input_metadata)
+    except (AttributeError, RuntimeError, TypeError):
+        return ()
 
 
 def _legacy_search(output: Any) -> Iterator[Any]:

@@ -138,6 +138,11 @@ class GraphView:
     def _edges(self, node_id: str) -> Sequence[tuple[str | None, int]]:
         return self.nodes[node_id].next
 
+    def shape_at(self, position: Position) -> tuple[int, ...] | None:
+        """The shape of the tensor at `position` (None: not recorded)."""
+        shapes = self.nodes[position[0]].shapes
+        return shapes[position[1]] if position[1] < len(shapes) else None
+
     def signature(self) -> Signature:
         """The shape of the pass's real graph (see `signature`)."""
         if self.shape is None:

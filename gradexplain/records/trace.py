@@ -148,13 +148,15 @@ class TensorRecord:
 class GraphNode:
     """One autograd node. `next` holds its next_functions edges: (node id or None, input_nr).
     `made` is its place in the order the forward made the pass's nodes (0 first); None for a
-    leaf's AccumulateGrad, which no op makes."""
+    leaf's AccumulateGrad, which no op makes. `shapes` are the shapes of its outputs (the
+    gradients it takes back): what an unnamed tensor's shape is known by."""
 
     id: str
     name: str
     next: tuple[tuple[str | None, int], ...]
     variable: int | None  # for AccumulateGrad: the leaf tensor's index
     made: int | None = None
+    shapes: tuple[tuple[int, ...], ...] = ()
 
 
 @quick_init

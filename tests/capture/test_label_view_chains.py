@@ -196,3 +196,123 @@ def test_self_attention_with_the_input_as_values_walks(causal: bool) -> None:
             value = finals[name].value
             assert value is not None and value.value is not None
             torch.testing.assert_close(torch.tensor(value.value), grad)
+
+
+class UnsqueezeExpand(nn.Module):
+    """An unnamed tensor broadcast along a new dim into bmm: its gradient is summed over it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(2, 4, 2))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = torch.bmm(x.unsqueeze(0).expand(2, 3, 4), self.w)
+        return out
+
+
+class ExpandIntermediate(nn.Module):
+    """tanh(x) broadcast into bmm and used again: the share via the expand, summed over dim 0."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(2, 4, 2))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.tanh(x)
+        out: torch.Tensor = torch.bmm(h.expand(2, 3, 4), self.w) + h.sum()
+        return out
+
+
+def test_an_unnamed_tensor_broadcast_says_which_dims_are_summed() -> None:
+    """Its shape was known only for named tensors: an unnamed one's broadcast read "expanded to
+    its own shape: nothing summed" on a ✓ label, for a (2, 3, 4) value of a (3, 4) tensor.
+    Plain torch: the value summed over dim 0 is the tensor's gradient (through that use)."""
+    for model in (UnsqueezeExpand(), ExpandIntermediate()):
+        x = torch.randn(3, 4, generator=torch.Generator().manual_seed(2), requires_grad=True)
+        explanation = explain(model, x.detach().clone().requires_grad_())
+        assert explanation.failures() == []
+        summed = [arg for walk_pass in explanation.walk.passes for event in walk_pass.events
+                  for arg in event.args
+                  if arg.meaning is not None and arg.meaning.layout == "summed"]
+        assert summed
+        for arg in summed:
+            assert arg.meaning is not None and arg.value is not None
+            assert arg.meaning.summed_dims == (0,), arg.meaning.text
+            assert "nothing summed" not in arg.meaning.text
+            assert "before summing over dim 0" in arg.meaning.text
+            assert tuple(arg.value.shape) == (2, 3, 4)
+        # The expand's own gradient, from plain torch.
+        source = x.unsqueeze(0) if isinstance(model, UnsqueezeExpand) else torch.tanh(x)
+        expanded = source.expand(2, 3, 4)
+        expanded.retain_grad()
+        weight = model.w
+        out = torch.bmm(expanded, weight)
+        if isinstance(model, ExpandIntermediate):
+            out = out + source.sum()
+        out.sum().backward()
+        assert expanded.grad is not None
+        for arg in summed:
+            assert arg.value is not None and arg.value.value is not None
+            torch.testing.assert_close(torch.tensor(arg.value.value), expanded.grad)
+
+
+class VectorT(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = x.t() * 3.0 + x
+        return out
+
+
+class ExpandThenT(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(1, 3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = x.expand(1, 4).t() @ self.w
+        return out
+
+
+class LastOpT(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = (x * self.w).t()
+        return out
+
+
+class LegacyOnT(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.m = LastOpT()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.m(x) * 2.0
+        return out
+
+
+@pytest.mark.parametrize("model", [VectorT(), ExpandThenT(), LegacyOnT()],
+                         ids=["t of a vector", "expand to (1, 4) then t", "legacy hook on t"])
+def test_t_of_a_vector_is_no_transpose(model: nn.Module) -> None:
+    """`t()` of a 1-D tensor gives it back as it is: labels claimed a transpose of a vector
+    ("(∂loss/∂x …)ᵀ"), whose check fails (only a matrix has one): exit 1 on a correct model.
+    Every label now holds, and each value labelled as-is with a leaf is that leaf's gradient
+    (through the use named) in plain torch."""
+    x = torch.randn(4, generator=torch.Generator().manual_seed(4), requires_grad=True)
+    explanation = explain(model, x.detach().clone().requires_grad_())
+    assert explanation.failures() == []
+    meanings = [arg.meaning for walk_pass in explanation.walk.passes
+                for event in walk_pass.events for arg in event.args
+                if arg.meaning is not None]
+    assert meanings and not any(meaning.layout == "transposed" for meaning in meanings)
+    model(x).sum().backward()
+    assert x.grad is not None
+    whole = [arg for walk_pass in explanation.walk.passes for event in walk_pass.events
+             for arg in event.args if arg.meaning is not None and arg.meaning.wrt == "x"
+             and not arg.meaning.via and arg.meaning.layout == "as-is"
+             and arg.meaning.modified_by is None]
+    assert whole
+    for arg in whole:
+        assert arg.value is not None and arg.value.value is not None
+        torch.testing.assert_close(torch.tensor(arg.value.value), x.grad)
