@@ -56,10 +56,11 @@ def quoted(text: str, limit: int = 60) -> str:
     return repr(text) if len(text) <= limit else repr(text[:limit])[:-1] + "...'"
 
 
-def show_number(value: float) -> str:
+def show_number(value: float, exact_below: int = 10**15) -> str:
     """A number as a message quotes it: a 400-digit integer is shown by its size, not in full
-    ("got 12", "got a 400-digit number")."""
-    if isinstance(value, int) and abs(value) >= 10**15:
+    ("got 12", "got a 400-digit number"); an integer below `exact_below` in size in full (an
+    int64 bound needs its 19 digits)."""
+    if isinstance(value, int) and abs(value) >= exact_below:
         if abs(value).bit_length() > 14_000:
             # str() of an int over 4,300 digits raises (Python's guard against slow conversions).
             return f"a number of about {int(abs(value).bit_length() * 0.30103):,} digits"

@@ -18,6 +18,7 @@ from gradexplain.errors import (
     SpecShapeError,
     SpecValueError,
     quoted,
+    show_number,
 )
 from gradexplain.language import constants, shapes
 from gradexplain.language.catalogue import (
@@ -352,6 +353,10 @@ class _Checker:
         whole = isinstance(number, int) and not isinstance(number, bool)
         if kind in ("int", "int_or_none") and not whole:
             raise SpecShapeError(f"{func}: {name} must be a whole number, got {number}", where)
+        if whole and not -2**63 <= number < 2**63:
+            # torch takes its whole-number options as int64 and fails in its own words above.
+            raise SpecShapeError(f"{func}: {name} must fit in int64 (below 2**63 in size), got "
+                                 f"{show_number(number, exact_below=10**30)}", where)
         if kind == "bool" and not isinstance(number, bool):
             raise SpecShapeError(f"{func}: {name} must be True or False, got {number}", where)
         return number
@@ -379,7 +384,7 @@ class _Checker:
             raise SpecValueError(
                 f"in step {quoted(step.text)}: layer {layer.name!r}: Embedding(num_embeddings="
                 f"{rows}) has rows 0 to {rows - 1}, and input {given.name!r} holds the index "
-                f"{outside:g}", where)
+                f"{show_number(outside, exact_below=10**30)}", where)
 
     def call_layer(self, layer: LayerSpec, expr: Call, args: list[ValueType],
                    where: Location, step: Step) -> ValueType:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from gradexplain.errors import Location, SpecLimitError, SpecSchemaError, quoted
+from gradexplain.errors import Location, SpecLimitError, SpecSchemaError, quoted, show_number
 from gradexplain.language.catalogue import LAYERS, Param, did_you_mean
 from gradexplain.language.cursor import Cursor, describe
 from gradexplain.language.distributed import read_distributed
@@ -452,11 +452,20 @@ def _literal_shape(cursor: Cursor) -> Shape:
 def _literal_value(cursor: Cursor, dtype: DType) -> Literal_:
     if isinstance(cursor.value, list):
         return [_literal_value(item, dtype) for item in cursor.items("a list")]
+    written = cursor.value
+    if dtype == "int64" and isinstance(written, int) and not isinstance(written, bool):
+        # Taken as written: a float cannot hold every int64 (2**63 - 1 rounds up to 2**63).
+        return _int64(cursor, written)
     number = cursor.number()
     if dtype == "int64":
         if not float(number).is_integer():
             cursor.fail(f"an int64 tensor holds whole numbers, got {number}")
-        if not -(2**63) <= int(number) < 2**63:
-            cursor.fail(f"an int64 tensor holds whole numbers below 2**63 in size, got {number:g}")
-        return int(number)
+        return _int64(cursor, int(number))
+    return number
+
+
+def _int64(cursor: Cursor, number: int) -> int:
+    if not -(2**63) <= number < 2**63:
+        cursor.fail("an int64 tensor holds whole numbers below 2**63 in size, got "
+                    f"{show_number(number, exact_below=10**30)}")
     return number

@@ -46,6 +46,11 @@ CASES = [
     Case("name_with_newline", 'name: "two\\nerror: FAKE LINE"\n' + GOOD_HEAD
          + "forward: ['y = x * 2']\nbackward: y\n", "1:7", "name",
          ("the name is one line of text", "2 lines")),
+    # validate passed it, and walk failed in torch's words ("Overflow when unpacking long").
+    Case("option_past_int64", GOOD_HEAD.replace("1.0", "[1.0, 2.0]")
+         + "forward: ['y, w = chunk(x, 99999999999999999999)', 'z = sum(y)']\nbackward: z\n",
+         "3:19", "forward[0]",
+         ("chunk: chunks must fit in int64", "got 99,999,999,999,999,999,999")),
     Case("name_with_carriage_return", 'name: "a\\rb"\n' + GOOD_HEAD
          + "forward: ['y = x * 2']\nbackward: y\n", "1:7", "name",
          ("the name is one line of text",)),
@@ -169,10 +174,19 @@ CASES = [
     Case("embedding_ones_with_one_row", EMBEDDING.format(indices="{ones: [2], dtype: int64}",
                                                          rows=1),
          "5:emb(", "forward[0]", ("rows 0 to 0", "the index 1")),
+    # A whole number for an int64 tensor is read as written, not through a float: 2**63 - 1
+    # was "9.22337e+18" (2**63 as a float), refused as past 2**63, which it is not.
+    Case("embedding_index_int64_largest", EMBEDDING.format(
+        indices=f"{{value: [0, {2**63 - 1}], dtype: int64}}", rows=3),
+         "5:emb(", "forward[0]", ("rows 0 to 2", f"the index {2**63 - 1:,}")),
+    Case("int64_value_past_int64", EMBEDDING.format(
+        indices=f"{{value: [0, {2**63}], dtype: int64}}", rows=3),
+         "2:20", "inputs.idx.value[1]", ("below 2**63 in size", f"got {2**63:,}")),
 ]
 
 
-@pytest.mark.parametrize("indices", [[0, 2], [0, 3], [-1], [[2, 1], [0, 5]], []])
+@pytest.mark.parametrize("indices", [[0, 2], [0, 3], [-1], [[2, 1], [0, 5]], [],
+                                     [2**63 - 1]])
 def test_validate_refuses_embedding_indices_exactly_where_torch_does(
         indices: list[object], write_spec: Callable[[str], Path]) -> None:
     try:
