@@ -159,7 +159,9 @@ def _summary(walk: Walk) -> str:
 
 
 def _spec_excerpt(text: str, path: str, language: str = "yaml") -> str:
-    lines = text.rstrip("\n").split("\n")
+    # Its lines as YAML reads them: a file written on Windows (CRLF) or an old Mac (CR) shows
+    # no `\x0d` at each line's end, and a byte-order mark is no character of the spec.
+    lines = re.split(r"\r\n|\r|\n", text.removeprefix("\ufeff").rstrip("\r\n"))
     shown = "\n".join(lines[:SPEC_LINES])
     longest = max((len(run) for run in re.findall(r"`+", shown)), default=0)
     fence = "`" * max(3, longest + 1)

@@ -196,3 +196,21 @@ def test_report_bad_input_is_one_line_and_exit_2(args: tuple[str, ...], message:
     assert result.code == 2, result.stdout
     assert message in result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("ending, start", [("\r\n", ""), ("\r", ""), ("\n", "\ufeff")],
+                         ids=["CRLF", "CR", "byte-order mark"])
+def test_the_spec_listing_shows_lines_as_yaml_reads_them(tmp_path: Path, ending: str,
+                                                         start: str) -> None:
+    """A spec written on Windows showed `\\x0d` at the end of every listed line, one with
+    CR endings as one line, one with a byte-order mark a `\\ufeff` first."""
+    lines = (SPECS / "two_modules.yaml").read_text(encoding="utf-8").splitlines()
+    spec = tmp_path / "written.yaml"
+    spec.write_bytes((start + ending.join(lines) + ending).encode("utf-8"))
+    out = tmp_path / "report.md"
+    assert run_cli("report", str(spec), "-o", str(out)).code == 0
+    page = out.read_text(encoding="utf-8")
+    assert "\\x0d" not in page and "\\ufeff" not in page and "\r" not in page
+    listing = page.split("```yaml\n", 1)[1].split("\n```", 1)[0]
+    assert listing.splitlines() == lines[:len(listing.splitlines())]
+    assert len(listing.splitlines()) > 5
