@@ -65,6 +65,8 @@ def show_number(value: float, exact_below: int = 10**15) -> str:
             # str() of an int over 4,300 digits raises (Python's guard against slow conversions).
             return f"a number of about {int(abs(value).bit_length() * 0.30103):,} digits"
         digits = len(str(abs(value)))
+        if value < 0:
+            return f"a negative {digits}-digit number"
         # "an 18-digit", "an 80-digit": said "eighteen", "eighty".
         return f"{'an' if digits == 18 or str(digits)[0] == '8' else 'a'} {digits}-digit number"
     return f"{value:,}" if isinstance(value, int) else str(value)

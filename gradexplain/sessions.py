@@ -102,8 +102,8 @@ def open_source(spec: str | None, load: Path | None,
                 options: RunOptions = NO_OPTIONS) -> Session | Source:
     """A saved session (`load`, no torch), or the spec or Python model to run: exactly one."""
     if (spec is None) == (load is None):
-        raise UsageError("give a SPEC to run, or --load FILE to render a saved session "
-                         "(not both)")
+        raise UsageError("give a SPEC to run, or --load FILE to render a saved session"
+                         + (" (not both)" if spec is not None else ""))
     python_only = [flag for flag, given in (("--input", options.inputs),
                                             ("--inputs", options.inputs_file),
                                             ("--loss", options.loss),

@@ -96,10 +96,10 @@ class Cursor:
         for key in self.value:
             if key not in allowed:
                 place = self.doc.where_key((*self.path, key))
-                choices = ", ".join(allowed)
+                choices = (f"allowed here: {', '.join(allowed)}" if allowed
+                           else "no key is allowed here")
                 raise SpecSchemaError(
-                    f"unknown key {quoted(key)}{did_you_mean(key, allowed)} "
-                    f"(allowed here: {choices})",
+                    f"unknown key {quoted(key)}{did_you_mean(key, allowed)} ({choices})",
                     place,
                 )
         for key in required:

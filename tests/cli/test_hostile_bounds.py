@@ -363,6 +363,10 @@ def test_a_huge_whole_number_is_named_by_its_digits(write_spec: Write) -> None:
                                  "forward: ['y = sum(x)']\n"
                                  f"backward: {{of: y, times: {10**17}}}\n"))
     assert "times" in message and "got an 18-digit number" in message, message
+    # Its sign too: -(2**63) - 1 was "a 19-digit number", read as past the top.
+    message = refused(write_spec(f"seed: {-2**63 - 1}\ninputs:\n  x: {{rand: [3], "
+                                 "requires_grad: true}\nforward: ['y = sum(x)']\nbackward: y\n"))
+    assert "seed" in message and "got a negative 19-digit number" in message, message
 
 
 @pytest.mark.parametrize(("spec", "phrase"), [

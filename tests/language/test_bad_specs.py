@@ -47,6 +47,9 @@ CASES = [
          + "forward: ['y = x * 2']\nbackward: y\n", "1:7", "name",
          ("the name is one line of text", "2 lines")),
     # validate passed it, and walk failed in torch's words ("Overflow when unpacking long").
+    Case("argument_of_a_layer_without_any", GOOD_HEAD + "layers:\n  l: {Identity: {foo: 1}}\n"
+         "forward: ['y = l(x)']\nbackward: y\n", "4:18", "layers.l.Identity.foo",
+         ("unknown key 'foo' (no key is allowed here)",)),
     Case("option_past_int64", GOOD_HEAD.replace("1.0", "[1.0, 2.0]")
          + "forward: ['y, w = chunk(x, 99999999999999999999)', 'z = sum(y)']\nbackward: z\n",
          "3:19", "forward[0]",

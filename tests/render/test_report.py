@@ -196,6 +196,8 @@ def test_report_bad_input_is_one_line_and_exit_2(args: tuple[str, ...], message:
     assert result.code == 2, result.stdout
     assert message in result.stderr
     assert "Traceback" not in result.stderr
+    # Neither a spec nor --load was "(not both)".
+    assert ("not both" in result.stderr) == ("--load" in args and len(args) > 2)
 
 
 @pytest.mark.parametrize("ending, start", [("\r\n", ""), ("\r", ""), ("\n", "\ufeff")],
