@@ -10,11 +10,26 @@ from typing import IO
 
 from rich.console import Console, RenderableType
 from rich.segment import Segment, Segments
+from rich.text import Text
 
 from gradexplain.render.plain import plain_lines
 from gradexplain.safe_text import safe_text
 
 PIPE_WIDTH = 100
+
+
+def user_text(text: str, style: str = "") -> Text:
+    """A string of the user's (a spec's name or about) as a Text, its unsafe characters shown
+    as escapes now: rich drops some control characters (BEL, CR) when a Text is made, where
+    every other output shows them as `\\x07`."""
+    return Text(safe_text(text), style=style)
+
+
+def title_line(name: str, source: str, torch_version: str) -> Text:
+    """`two_modules  specs/two_modules.yaml  (torch 2.13.0)`: what every text output opens
+    with."""
+    return Text.assemble(user_text(name, "bold"),
+                         user_text(f"  {source}  (torch {torch_version})"))
 
 
 def terminal_console(file: IO[str] | None = None, stderr: bool = False) -> Console:

@@ -27,6 +27,7 @@ from gradexplain.records.distributed_diff import (
 from gradexplain.records.numbers import fmt_shape, fmt_value
 from gradexplain.records.trace import TensorValue
 from gradexplain.records.walk import LabelledArg
+from gradexplain.render.console import title_line
 from gradexplain.render.fit import value_lines, word_lines
 from gradexplain.render.marks import check_mark
 
@@ -38,7 +39,7 @@ def distributed_diff_text(diff: DistributedDiff) -> RenderableType:
     about = word_lines(f"one process against {diff.wrapper}, {diff.world_size} ranks: each "
                        "rank's own walk beside its walk under the wrapping, hook by hook", WIDTH)
     return Group(
-        Text.assemble((diff.name, "bold"), f"  {diff.spec}  (torch {diff.torch})"),
+        title_line(diff.name, diff.spec, diff.torch),
         *(Text(line, style="dim") for line in about),
         Text(""),
         *(RankLines(diff, rank) for rank in diff.ranks))

@@ -19,6 +19,7 @@ from rich.text import Text
 from gradexplain.records.check import summaries_not_checked_text
 from gradexplain.records.distributed import CheckedBucket, DistributedWalk, RankWalk
 from gradexplain.records.numbers import fmt_value
+from gradexplain.render.console import title_line, user_text
 from gradexplain.render.distributed_answer import (
     CHECKED_AGAINST,
     REFERENCE,
@@ -71,9 +72,9 @@ def distributed_text(walk: DistributedWalk, *, timeline: bool = False,
 
 def _header(walk: DistributedWalk) -> RenderableType:
     lines: list[RenderableType] = [
-        Text.assemble((walk.name, "bold"), f"  {walk.spec}  (torch {walk.torch})")]
+        title_line(walk.name, walk.spec, walk.torch)]
     if walk.about:
-        lines.append(Text(walk.about, style="dim"))
+        lines.append(user_text(walk.about, "dim"))
     options = changed_options(walk.ddp)
     setting = (f"; DDP options: {', '.join(options)}" if options
                else "; DDP options: torch's defaults" if walk.ddp is not None else "")

@@ -25,6 +25,7 @@ from gradexplain.records.numbers import TEXT_ELEMENTS, fmt_shape, fmt_value
 from gradexplain.records.paths import module_title
 from gradexplain.records.trace import TensorValue
 from gradexplain.records.walk import LabelledArg
+from gradexplain.render.console import title_line
 from gradexplain.render.diff_headings import call_headings
 from gradexplain.render.fit import shortened, word_lines
 from gradexplain.render.marks import check_mark
@@ -39,7 +40,7 @@ NBSP = "\u00a0"  # keeps a check mark on its label's line when a label wraps
 
 def diff_text(diff: HookDiff) -> RenderableType:
     parts: list[RenderableType] = [
-        Text.assemble((diff.name, "bold"), f"  {diff.spec}  (torch {diff.torch})"),
+        title_line(diff.name, diff.spec, diff.torch),
         Text("legacy register_backward_hook vs register_full_backward_hook, module by module",
              style="dim"),
         Text(""),

@@ -22,6 +22,7 @@ from gradexplain.records.refusals import refusal_text
 from gradexplain.records.trace import TensorValue
 from gradexplain.records.walk import Check, Failure, LabelledEvent, PassWalk, Walk
 from gradexplain.render.collapse import shape_key
+from gradexplain.render.console import title_line, user_text
 from gradexplain.render.folding import Outline, fold_repeats
 from gradexplain.render.lessons import lessons_text
 from gradexplain.render.marks import check_mark
@@ -65,10 +66,10 @@ def walk_text(walk: Walk, view: PinnedView | None = None, *, collapse: bool = Tr
 
 
 def _header(walk: Walk) -> RenderableType:
-    title = Text.assemble((walk.name, "bold"), f"  {walk.spec}  (torch {walk.torch})")
+    title = title_line(walk.name, walk.spec, walk.torch)
     lines: list[RenderableType] = [title]
     if walk.about:
-        lines.append(Text(walk.about, style="dim"))
+        lines.append(user_text(walk.about, "dim"))
     if walk.interventions:
         lines.append(Text("the two passes below run without the spec's interventions, so "
                           "every label keeps its meaning; each intervention is compared with "

@@ -25,9 +25,8 @@ from tests.helpers.cli import REPO, SPECS
 # YAML double-quoted escapes, and the Python string they stand for.
 HOSTILE_YAML = r"pwn\e]0;pwned\a\e[2J\u009b31m\u202e\u2066\x7f\u2028\u200fend"
 HOSTILE = "pwn\x1b]0;pwned\x07\x1b[2J\x9b31m\u202e\u2066\x7f\u2028\u200fend"
-# What must be visible in every output that shows HOSTILE (rich drops the BEL in text output;
-# markdown escapes the brackets).
-SHOWN = ("pwn\\x1b", "pwned", "2J\\u009b31m\\u202e\\u2066\\u007f\\u2028\\u200fend")
+# What must be visible in every output that shows HOSTILE (markdown escapes the brackets).
+SHOWN = ("pwn\\x1b", "pwned", "\\x07", "2J\\u009b31m\\u202e\\u2066\\u007f\\u2028\\u200fend")
 MODULE = "mod\x1b[2J\x9b\u202e2"  # a module renamed by hand in a saved session
 MODULE_SHOWN = "mod\\x1b[2J\\u009b\\u202e2"
 

@@ -54,9 +54,6 @@ CASES = [
          + "forward: ['y, w = chunk(x, 99999999999999999999)', 'z = sum(y)']\nbackward: z\n",
          "3:19", "forward[0]",
          ("chunk: chunks must fit in int64", "got 99,999,999,999,999,999,999")),
-    Case("name_with_carriage_return", 'name: "a\\rb"\n' + GOOD_HEAD
-         + "forward: ['y = x * 2']\nbackward: y\n", "1:7", "name",
-         ("the name is one line of text",)),
     Case("wrong_type_bool",
          "inputs:\n  x: {value: 1.0, requires_grad: 'yes'}\nforward: ['y = x * 2']\nbackward: y\n",
          "2:'yes'", "inputs.x.requires_grad", ("expected true or false", "the text 'yes'")),
