@@ -78,7 +78,7 @@ class ClaimChecker:
         """The value the claim says the argument has, computed in the hook-free run."""
         if meaning.kind == "zero":
             return torch.zeros(shape)
-        target = self.position(meaning.wrt)
+        target = wrt = self.position(meaning.wrt)
         edges: list[Ranked] | None = None
         if meaning.layout == "summed":
             # The gradient of wrt expanded is the expand's own gradient, whatever else reads
@@ -91,6 +91,8 @@ class ClaimChecker:
             part = self.at(self.replay.runs[run], target, edges, shape)
             total = part if total is None else total + part
         assert total is not None
+        if meaning.layout == "summed":
+            self.summed_as_claimed(meaning, wrt, total)
         if meaning.layout == "transposed":
             if total.dim() != 2:
                 raise ClaimError("only a matrix has a transpose")
@@ -100,6 +102,27 @@ class ClaimChecker:
                 raise ClaimError("a reshape keeps the number of elements")
             total = total.reshape(shape)
         return total
+
+    def summed_as_claimed(self, meaning: Meaning, wrt: Position,
+                          expanded: torch.Tensor) -> None:
+        """The claim's summed dims are those torch's own reduction of the broadcast sums
+        (`sum_to_size` to wrt's shape in the check run), or a ClaimError: summing a tensor
+        whose values are their own positions over the claimed dims must give what
+        `sum_to_size` gives, exactly (whole numbers)."""
+        shape = self.replay.position_shape((self.view.rank[wrt[0]], wrt[1]))
+        probe = torch.arange(expanded.numel(), dtype=torch.float64).reshape(expanded.shape)
+        try:
+            reduced = probe.sum_to_size(shape)
+        except RuntimeError:
+            raise ClaimError(f"{meaning.wrt}'s shape {list(shape)} does not broadcast to the "
+                             f"value's {list(expanded.shape)}") from None
+        dims = meaning.summed_dims
+        claimed = probe.sum(dim=dims, keepdim=True) if dims else probe
+        if claimed.numel() != reduced.numel() or not torch.equal(
+                claimed.reshape(reduced.shape), reduced):
+            said = f"dims {list(dims)}" if dims else "nothing"
+            raise ClaimError(f"the label sums over {said}, but {meaning.wrt}'s shape "
+                             f"{list(shape)} broadcast to {list(expanded.shape)} sums others")
 
     def position(self, name: str) -> Position:
         found = self.view.named_positions.get(name, frozenset())

@@ -563,11 +563,15 @@ class _Labeller:
         return shape is not None and len(shape) < 2
 
     def shape(self, position: Position) -> tuple[int, ...] | None:
-        """The shape of the tensor at `position`: its record's, or the graph's (None: neither
-        recorded it)."""
+        """The shape of the tensor at `position` as the ops after it read it: the graph's (a
+        later in-place `squeeze_` changes the tensor's, not what its views saw), else its
+        record's (None: neither recorded it)."""
+        shape = self.view.shape_at(position)
+        if shape is not None:
+            return shape
         names = self.view.names.get(position)
         record = self.trace.named(names[0]) if names else None
-        return tuple(record.shape) if record is not None else self.view.shape_at(position)
+        return None if record is None else tuple(record.shape)
 
     def source(self, run: Run, position: Position, edges: frozenset[Edge] | None) -> Source:
         rank = self.view.rank

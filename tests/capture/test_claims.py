@@ -239,3 +239,6 @@ def test_an_expanded_parameter_is_its_expansion_gradient_summed_over_the_batch(
         assert ("only the part via" in claim.text) == reuse
         assert not pass_.verdict(replace(claim, layout="as-is", via=()), run, value)
         assert not pass_.verdict(replace(claim, wrt="lin.weight"), run, value)
+        # The dims summed are part of the claim: others fail (they were never checked).
+        for dims in ((), (1,), (2,), (1, 2)):  # (0, 1) is (0,): dim 1 has size 1
+            assert not pass_.verdict(replace(claim, summed_dims=dims), run, value), dims
