@@ -24,9 +24,28 @@ if TYPE_CHECKING:
 TracebackOption = Annotated[
     bool, typer.Option("--traceback", help="On an error, show the Python traceback too.")
 ]
+def a_path(value: object) -> Path:
+    """A path option's value: an empty one is refused (it would be taken for `.`, the current
+    folder, and said to be a folder)."""
+    if isinstance(value, Path):
+        return value
+    if not isinstance(value, str) or not value:
+        raise typer.BadParameter("an empty path: give a file name")
+    return Path(value)
+
+
+def a_spec(value: object) -> str | None:
+    """The SPEC argument: an empty one is refused, as `a_path` refuses an empty path."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise typer.BadParameter("an empty path: give a spec file or FILE.py:NAME")
+    return value
+
+
 SpecFilesArgument = Annotated[
     list[Path], typer.Argument(help="One or more spec files (YAML).", show_default=False,
-                               metavar="SPEC")
+                               parser=a_path, metavar="SPEC")
 ]
 
 
@@ -84,7 +103,7 @@ SpecArgument = Annotated[
     typer.Argument(help="The spec file (YAML), or a Python model: FILE.py:NAME or "
                    "package.module:NAME, an nn.Module or a zero-argument function returning "
                    "one (this runs that Python code). Leave it out when using --load.",
-                   show_default=False, metavar="SPEC"),
+                   show_default=False, metavar="SPEC", parser=a_spec),
 ]
 InputOption = Annotated[
     list[str] | None,
@@ -98,7 +117,7 @@ InputsOption = Annotated[
     Path | None,
     typer.Option("--inputs", help="Python models: a torch.save'd tensor, or list of tensors, "
                  "to use as the forward's arguments instead of --input (floating ones require "
-                 "grad).", show_default=False),
+                 "grad).", show_default=False, parser=a_path),
 ]
 
 
@@ -165,7 +184,7 @@ WrapOption = Annotated[
 LoadOption = Annotated[
     Path | None,
     typer.Option("--load", help="Render a session saved by `walk --save` instead of running "
-                 "a spec (torch is not run again).", show_default=False),
+                 "a spec (torch is not run again).", show_default=False, parser=a_path),
 ]
 FormatOption = Annotated[
     Format, typer.Option("--format", "-f", help="text for people, json for programs, markdown "
@@ -189,7 +208,7 @@ SaveOption = Annotated[
     Path | None,
     typer.Option("--save", help="Also save the whole session (both traces, every label "
                  "and check) as JSON, for `report --load` and `diff --load`.",
-                 show_default=False),
+                 show_default=False, parser=a_path),
 ]
 OrderOption = Annotated[
     bool,
@@ -215,13 +234,14 @@ TimelineOption = Annotated[
 OutputOption = Annotated[
     Path | None,
     typer.Option("--output", "-o", help="The markdown file to write (with --all: the "
-                 "folder). Without it the report goes to stdout.", show_default=False),
+                 "folder). Without it the report goes to stdout.", show_default=False,
+                 parser=a_path),
 ]
 AllSpecsOption = Annotated[
     Path | None,
     typer.Option("--all", help="Every *.yaml or *.yml spec in this folder: one report each, plus "
                  "an index.md linking them, written to the -o folder.",
-                 show_default=False),
+                 show_default=False, parser=a_path),
 ]
 
 

@@ -149,3 +149,17 @@ def test_a_repeated_option_names_the_bad_one(cli: CLI) -> None:
                                                ("--pass", "legacy"), ("--hook", "tensor")])
 def test_good_choices_still_work(cli: CLI, option: str, value: str) -> None:
     assert cli("walk", TWO_MODULES, option, value).code == 0
+
+
+@pytest.mark.parametrize("args", [
+    ("walk", ""), ("validate", ""), ("walk", "--load", ""), ("report", "specs/two_modules.yaml",
+                                                            "-o", ""),
+    ("walk", "specs/two_modules.yaml", "--save", ""),
+    ("walk", "examples/models.py:make_mlp", "--inputs", ""),
+], ids=["spec", "validate", "--load", "-o", "--save", "--inputs"])
+def test_an_empty_path_is_said_to_be_empty(args: tuple[str, ...]) -> None:
+    """An empty path was taken for `.`, the current folder: ".: is a folder"."""
+    result = run_cli(*args)
+    assert result.code == 2
+    assert "an empty path" in result.stderr
+    assert "is a folder" not in result.stderr and "Traceback" not in result.stderr
