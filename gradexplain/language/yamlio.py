@@ -118,6 +118,10 @@ def parse_document(text: str, file: str) -> Document:
         )
     walker = _Walker(file)
     data = walker.walk(node, (), 0)
+    if data is None:  # a document with nothing in it (`---` and `...`, or `null`)
+        raise SpecSyntaxError(
+            "the document is empty; a spec is a YAML mapping with at least `forward:` "
+            "(see specs/two_modules.yaml)", Location(file))
     if not isinstance(data, dict):
         kind = ("a list" if isinstance(data, list)
                 else f"the scalar {quoted(data) if isinstance(data, str) else repr(data)}")

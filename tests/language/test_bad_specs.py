@@ -31,6 +31,8 @@ CASES = [
          "4:1", "forward", ("'forward' appears twice", "first on line 3")),
     Case("empty_file", "", "", "", ("the file is empty",)),
     Case("only_comments", "# nothing here\n", "", "", ("the file is empty",)),
+    Case("empty_document", "---\n...\n", "", "", ("the document is empty",)),
+    Case("null_document", "null\n", "", "", ("the document is empty",)),
     Case("top_level_list", "- 1\n- 2\n", "1:1", "", ("must be a mapping", "found a list")),
     Case("top_level_scalar", "hello\n", "1:1", "", ("must be a mapping", "'hello'")),
     # --- keys and types
