@@ -142,6 +142,12 @@ def other_graph_text(mode: Mode, count: int) -> str:
             "rule; the timeline shows each with its label and check")
 
 
+def hidden_steps_text(count: int) -> str:
+    """What a chain rule filtered by `--hook`/`--module` says of the steps it leaves out."""
+    return (f"{count:,} step{'' if count == 1 else 's'} with none of the shown hook arguments "
+            "left out")
+
+
 __all__ = [
     "ANSWER_TITLE",
     "AnswerRow",
@@ -152,5 +158,6 @@ __all__ = [
     "PinnedTerm",
     "PinnedView",
     "compared",
+    "hidden_steps_text",
     "other_graph_text",
 ]

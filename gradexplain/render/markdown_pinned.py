@@ -19,6 +19,7 @@ from gradexplain.records.pinned import (
     PinnedTerm,
     PinnedView,
     compared,
+    hidden_steps_text,
     other_graph_text,
 )
 from gradexplain.records.trace import Mode
@@ -95,8 +96,7 @@ def _derivation(pinned: PinnedDerivation, naming: Naming, level: int) -> str:
             if derivation.seed is not None else "")
     partial = _Partial(derivation.of, derivation.seed is not None, naming)
     items = [_line(number, line, partial) for number, line in enumerate(pinned.lines, start=1)]
-    hidden = (italic(f"{fmt(pinned.hidden)} steps with none of the shown hook arguments "
-                     "left out.") if pinned.hidden else "")
+    hidden = italic(f"{hidden_steps_text(pinned.hidden)}.") if pinned.hidden else ""
     unpinned = unpinned_markdown("No step of this chain rule (zeros where no gradient flows):",
                                  pinned.unpinned)
     return blocks(heading(level, title), repeats, seed, "\n".join(items), hidden, unpinned)

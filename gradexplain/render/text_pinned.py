@@ -23,6 +23,7 @@ from gradexplain.records.pinned import (
     PinnedLine,
     PinnedTerm,
     compared,
+    hidden_steps_text,
     other_graph_text,
 )
 from gradexplain.records.trace import Mode, TensorValue
@@ -128,8 +129,8 @@ def pinned_text(pinned: PinnedDerivation, collapse: bool = True) -> RenderableTy
                                       "vector-Jacobian product", style="dim")]
     steps = fold_repeats(pinned.lines, lambda line: Group(*_line(line)), _line_outline,
                          "steps", collapse)
-    hidden = [Text(f"  ({pinned.hidden} steps with none of the shown hook arguments left out)",
-                   style="dim")] if pinned.hidden else []
+    hidden = [Text(f"  ({hidden_steps_text(pinned.hidden)})", style="dim")
+              ] if pinned.hidden else []
     notes = unpinned_lines("no step of this chain rule (zeros where no gradient flows):",
                            pinned.unpinned)
     return Group(*lines, *steps, *hidden, *notes, Text(""))

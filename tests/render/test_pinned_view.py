@@ -229,3 +229,12 @@ def test_a_failed_label_is_loud_at_its_step() -> None:
     text = plain_text(walk_text(walk))
     assert "module2.grad_input[0] ✗ FAILED" in " ".join(text.split())
     assert "`module2.grad_input[0]` **✗ FAILED**" in walk_markdown(walk)
+
+
+def test_one_step_left_out_is_one_step() -> None:
+    """It read "(1 steps with none of the shown hook arguments left out)"."""
+    from gradexplain.records.pinned import hidden_steps_text
+
+    assert hidden_steps_text(1).startswith("1 step with none")
+    assert hidden_steps_text(2).startswith("2 steps with none")
+    assert hidden_steps_text(1200).startswith("1,200 steps")
