@@ -190,6 +190,7 @@ class _Module:
             findings += self.legacy_findings(module_call, legacy, full)
         if full is not None:
             findings += self.full_findings(module_call, full)
+        findings += self.user_hook_findings()
         return CallDiff(run, call, self.calls.index(call) + 1,
                         legacy.seq if legacy else None, full.seq if full else None, rows,
                         tuple(unique(findings)))
@@ -245,9 +246,12 @@ class _Module:
         position = self.argument_index(call, meaning)
         keyword = self.keyword_of(call, meaning)
         if position is not None and self.is_output(call, meaning):
-            # An in-place op made the output of the argument itself (ReLU(inplace=True)).
+            # The argument itself is the output: returned as it came (Identity, Dropout(0)),
+            # or changed in place (ReLU(inplace=True)).
+            how = ("returned as it got it" if call.returns_argument == position
+                   else "changed in place")
             what = (f"{module_title(self.module)}'s output {short} (its argument {position}, "
-                    "changed in place)")
+                    f"{how})")
         elif position is not None:
             what = f"{module_title(self.module)}'s argument {position} ({short})"
         elif keyword is not None:
@@ -276,12 +280,58 @@ class _Module:
     def leaf_kind(self, name: str) -> str:
         return "input" if name in self.session.inputs else "parameter"
 
-    def argument_index(self, call: ModuleCall, meaning: Meaning) -> int | None:
+    def argument_index(self, call: ModuleCall, meaning: Meaning,
+                       prefer: int | None = None) -> int | None:
+        """Which of the module's arguments the tensor a label names is; `prefer` where it is
+        several (`m(x, x)`: grad_input[1] is the share of argument 1)."""
         names = {meaning.wrt, *meaning.aliases}
-        for index in range(len(call.arguments or call.inputs)):
-            if names & self.argument_names(call, index):
-                return index
-        return None
+        found = [index for index in range(len(call.arguments or call.inputs))
+                 if names & self.argument_names(call, index)]
+        return prefer if prefer in found else next(iter(found), None)
+
+    def user_hook_findings(self) -> Iterable[Finding]:
+        """The model's own backward hooks on this module that one pass leaves out (torch
+        refuses legacy and full backward hooks on one module): what they change is changed in
+        the other pass only, and that pass's kind of hook cannot be added beside them."""
+        for walk_pass in self.session.walk.passes:
+            for hook in walk_pass.user_hooks:
+                if hook.scope != "module" or hook.target != self.module or hook.ran:
+                    continue
+                kind = "legacy" if hook.hook == "backward" else "full"
+                yield Finding("user_hook", f"your {kind} backward hook {hook.function} on "
+                              f"{module_title(self.module)} runs in the {kind} pass only, and "
+                              f"a value it changes differs from the {walk_pass.mode} pass's: "
+                              "torch refuses legacy and full backward hooks on one module, so "
+                              f"register_{'full_' if kind == 'legacy' else ''}backward_hook "
+                              f"cannot be added to {module_title(self.module)} beside it")
+
+    def made_after(self, call: ModuleCall) -> tuple[str, str] | None:
+        """The op that made another output of the call after the node a legacy hook sits on,
+        and that output's name (an RNN makes its output, then h_n): None where that node is
+        the latest of the outputs' (or the order is not known)."""
+        made = {node.id: node for node in self.legacy.graph}
+        legacy = made.get(call.legacy_node or "")
+        if legacy is None or legacy.made is None:
+            return None
+        latest: tuple[int, str, str] | None = None  # when made, by what, which output
+        for index in call.outputs:
+            record = self.record(self.legacy, index)
+            node = made.get(record.node or "") if record is not None else None
+            if node is None or node.made is None or node.made <= legacy.made:
+                continue
+            if latest is None or node.made > latest[0]:
+                latest = (node.made, node.name.removeprefix("torch::autograd::"),
+                          self.record_name(self.legacy, index) or "?")
+        return None if latest is None else (latest[1], latest[2])
+
+    def pinned_argument(self, arg: LabelledArg, full: LabelledEvent | None) -> int | None:
+        """The argument whose gradient full's hook got as the very chain-rule step legacy's
+        `arg` is (pinned to it from the graph), where the labels name the value otherwise: a
+        Flatten's grad_input named after its own output, reshaped, is its argument's."""
+        if arg.pin is None or full is None:
+            return None
+        return next((_position(other.name)[1] for other in full.args
+                     if other.name.startswith("grad_input") and other.pin == arg.pin), None)
 
     def keyword_of(self, call: ModuleCall, meaning: Meaning) -> str | None:
         """The keyword the tensor a label names was passed to the module by, if it was."""
@@ -310,9 +360,18 @@ class _Module:
                           f"it: an op made before {module} ran, not one of its own; its "
                           "grad_input follows that op's operands")
         else:
+            later = self.made_after(call)
+            if later is not None:
+                which = (f"not the last op of its forward ({later[0]}, which made its output "
+                         f"{self.naming.short(later[1])}, came after)")
+            elif any(index is None for index in call.outputs):
+                # Tensors inside a nested result are not recorded as outputs: what made them,
+                # and when, is not known here (an LSTM's (h_n, c_n) came after its output).
+                which = "the op that made it"
+            else:
+                which = "the last op of its forward"
             yield Finding("attach", f"legacy sits on {node}, the grad_fn of {module}'s {first}: "
-                          f"the last op of its forward{computes}; its grad_input follows that "
-                          "op's operands")
+                          f"{which}{computes}; its grad_input follows that op's operands")
         inputs = [arg for arg in event.args if arg.name.startswith("grad_input")]
         seen: set[int] = set()
         for position, arg in enumerate(inputs):
@@ -323,16 +382,19 @@ class _Module:
             meaning = arg.meaning
             if meaning is None:
                 continue
-            index = self.argument_index(call, meaning)
+            index = self.argument_index(call, meaning, prefer=position)
             if meaning.partial:
                 yield Finding("partial", f"legacy {arg.name} is {meaning.text}: the tensor is "
                               f"used more than once and {node} sees only its own share")
+            pinned = index is None and self.pinned_argument(arg, full) is not None
+            if pinned:
+                index = self.pinned_argument(arg, full)
             if index is None:
                 yield Finding("extra", self.extra_text(call, arg, meaning, node))
                 continue
             again = index in seen  # another operand's share of the same argument (x * x)
             seen.add(index)
-            if meaning.layout != "as-is":
+            if meaning.layout != "as-is" and not pinned:
                 yield Finding("layout", f"legacy {arg.name} is {meaning.text}: "
                               f"{module}'s argument {index} in the shape {node} saw, "
                               "not its own")

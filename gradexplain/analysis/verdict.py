@@ -22,16 +22,21 @@ from gradexplain.records.trace import ModuleCall, PassTrace, Refusal
 from gradexplain.records.walk import LabelledArg, Meaning
 
 
-def same(left: LabelledArg | None, right: LabelledArg | None) -> bool:
-    """The same derivative (of, wrt, layout, share), or None on both sides."""
+def same(left: LabelledArg | None, right: LabelledArg | None,
+         changes_too: bool = True) -> bool:
+    """The same derivative (of, wrt, layout, share), or None on both sides; with
+    `changes_too`, also changed by the same user's hook, or by none: a value a user's hook
+    changed in one pass (it runs in that pass only) is not the other pass's."""
     if left is None or right is None:
         return False
     if left.value is None or right.value is None:
         return left.value is None and right.value is None
     if left.meaning is None or right.meaning is None:
         return False
-    return (left.meaning.of, left.meaning.wrt, left.meaning.layout, left.meaning.partial) == (
-        right.meaning.of, right.meaning.wrt, right.meaning.layout, right.meaning.partial)
+    claims = [(meaning.of, meaning.wrt, meaning.layout, meaning.partial,
+               meaning.modified_by if changes_too else None)
+              for meaning in (left.meaning, right.meaning)]
+    return claims[0] == claims[1]
 
 
 @dataclass(frozen=True)
@@ -137,6 +142,15 @@ def verdict(terms: ModuleTerms, calls: tuple[CallDiff, ...]) -> str:
                       if finding.kind == "never_fires")
         return f"{reason}: use register_full_backward_hook"
     differing = [call for call in calls if not all(row.same for row in call.rows)]
+    if differing and all(same(row.legacy, row.full, changes_too=False)
+                         for call in differing for row in call.rows):
+        changed_in_full = any(arg is not None and arg.meaning is not None
+                              and arg.meaning.modified_by is not None
+                              for arg in arguments(differing[0], "grad_input", "full"))
+        both = _listed(_meanings(arguments(differing[0], "grad_input",
+                                           "legacy" if changed_in_full else "full")))
+        return (f"legacy and full give the same derivatives ({both}), but your own backward "
+                f"hook on {module} changes them in the one pass it runs in (see above)")
     if not differing:
         both = _listed(_meanings(arguments(calls[0], "grad_input", "legacy")))
         return (f"legacy and full agree: the operands of {op_title(terms.last_node or '?')} are "

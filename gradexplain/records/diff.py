@@ -21,6 +21,7 @@ FindingKind = Literal[
     "zeros",        # full grad_input holds zeros for an input that needs no grad
     "none",         # None entries, and why
     "refused",      # torch refuses full hooks on the module (an in-place op): none registered
+    "user_hook",    # the model's own backward hook on the module runs in one pass only
 ]
 
 
