@@ -486,8 +486,12 @@ class _Module:
                               "tensor, and full hooks see only the tensors at the top level of "
                               "a module's output, so it is None in every backward")
             elif arg.value is None:
-                yield Finding("none", f"full {arg.name} is None: output {index} got no "
-                              "gradient in this backward")
+                output = self.record(self.legacy, call.outputs[index]
+                                     if index < len(call.outputs) else None)
+                why = ("does not require grad, so it is None in every backward"
+                       if output is not None and not output.requires_grad
+                       else "got no gradient in this backward")
+                yield Finding("none", f"full {arg.name} is None: output {index} {why}")
 
     def no_grad_fn(self, call: ModuleCall, module: str) -> str:
         """Why the tensor a legacy hook would sit on has no grad_fn, so that it never fires."""

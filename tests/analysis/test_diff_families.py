@@ -208,3 +208,30 @@ def test_an_argument_returned_untouched_is_not_changed_in_place() -> None:
     notes = [row.note for call in diff.calls for row in call.rows if row.note]
     assert not [note for note in notes if "changed in place" in note]
     assert [note for note in notes if "returned as it got it" in note]
+
+
+class DetachedFirst(nn.Module):
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return x.detach() * 2, x * 3
+
+
+class UsesBoth(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = DetachedFirst()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        a, b = self.inner(x * 1.5)
+        out: torch.Tensor = a + b
+        return out
+
+
+def test_an_output_without_grad_is_none_in_every_backward() -> None:
+    """Full's grad_output[0] is None because output 0 does not require grad: it "got no
+    gradient in this backward", as if another backward could give it one."""
+    model, x = UsesBoth(), torch.randn(2, 3, requires_grad=True)
+    first, _ = copy.deepcopy(model).inner(x * 1.5)
+    assert not first.requires_grad
+    said = findings(module_diff(model, "inner", x))
+    assert [text for text in said if "output 0 does not require grad" in text]
+    assert not [text for text in said if "got no gradient in this backward" in text]
