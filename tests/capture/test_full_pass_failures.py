@@ -15,6 +15,7 @@ import json
 import warnings
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -52,15 +53,27 @@ def _wrong_shape_pre_hook() -> nn.Module:
     return model
 
 
+def _three_of_the_first(module: nn.Module, grad_input: Any, grad_output: Any) -> Any:
+    return (grad_input[0],) * 3
+
+
+def _first_column(module: nn.Module, grad_input: Any, grad_output: Any) -> Any:
+    return (grad_input[0][:, :1],)
+
+
+def _twice_the_first(module: nn.Module, grad_input: Any, grad_output: Any) -> Any:
+    return (grad_input[0],) * 2
+
+
 def _too_many_grads() -> nn.Module:
     model = nn.Sequential(nn.Linear(3, 2))
-    model[0].register_full_backward_hook(lambda module, gi, go: (gi[0], gi[0], gi[0]))
+    model[0].register_full_backward_hook(_three_of_the_first)
     return model
 
 
 def _wrong_shape_full_hook() -> nn.Module:
     model = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2))
-    model[2].register_full_backward_hook(lambda module, gi, go: (gi[0][:, :1],))
+    model[2].register_full_backward_hook(_first_column)
     return model
 
 
@@ -97,7 +110,7 @@ def test_the_command_shows_the_error_and_exits_1(tmp_path: Path) -> None:
                            ("too_many_grads", "invalid number of grad_input")):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            namespace: dict[str, object] = {}
+            namespace: dict[str, Any] = {}
             exec(MODELS, namespace)  # the file's own model, run in plain torch: it raises
             model = namespace[factory]()
             assert isinstance(model, nn.Module)
@@ -129,7 +142,7 @@ def test_a_call_the_legacy_pass_alone_fails_stays_the_walks_own_failed_call() ->
     model = nn.Sequential(nn.Linear(3, 2), nn.Tanh())
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        model[1].register_backward_hook(lambda module, gi, go: (gi[0], gi[0]))
+        model[1].register_backward_hook(_twice_the_first)
         with pytest.raises(RuntimeError):
             model(torch.randn(2, 3, requires_grad=True)).sum().backward()
     explanation = explain(model, (2, 3))
@@ -152,10 +165,15 @@ def test_diff_says_why_the_full_hook_never_fired() -> None:
     assert all("torch raised RuntimeError in the full pass's run 1" in text for text in texts)
     assert not any("no gradient reached" in text for text in texts)
     legacy_model = _wrong_shape_pre_hook()
+    layer = next(iter(legacy_model.children()))
     seen: list[torch.Tensor] = []
+
+    def record(module: nn.Module, grad_input: Any, grad_output: Any) -> None:
+        seen.append(grad_output[0])
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        legacy_model[0]._backward_pre_hooks.clear()  # the model's own full hook: not legacy's
-        legacy_model[0].register_backward_hook(lambda module, gi, go: seen.append(go[0]))
+        layer._backward_pre_hooks.clear()  # the model's own full hook: not legacy's
+        layer.register_backward_hook(record)
         legacy_model(torch.randn(2, 3, requires_grad=True)).sum().backward()
     assert seen  # a gradient reaches the module
