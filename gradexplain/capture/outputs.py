@@ -141,8 +141,8 @@ def python_results(output: Any, path: OutputPath, loss: str, target: str) -> dic
         whole = _differentiable(output)
         if not whole:
             raise ModelRunError(f"{target}: the model's output does not require grad: nothing "
-                                "to backpropagate (are its parameters frozen, or is its forward "
-                                "under no_grad?)")
+                                "to backpropagate (are its parameters frozen, its inputs "
+                                "integers or without grad, or its forward under no_grad?)")
         usable = ", ".join(path_text(part_path) for part_path, tensor in parts
                            if tensor.requires_grad and tensor.is_floating_point())
         raise OutputPathError(f"{target}: output path {path_text(path)!r}: "

@@ -114,6 +114,10 @@ BAD = [
     Bad("inputs_a_plain_pickle", ("walk", f"{PYMODELS}:make_mlp", "--inputs",
                                   "{tmp}/pickled.pt"),
         ("pickled.pt: it holds something other than tensors",)),
+    # Integer inputs to a model without parameters: nothing requires grad, and the message
+    # named only frozen parameters and no_grad.
+    Bad("inputs_integers_only", ("walk", "{tmp}/plain.py:make", "--inputs", "{tmp}/ids.pt"),
+        ("the model's output does not require grad", "inputs integers or without grad")),
     Bad("inputs_cut_short", ("walk", f"{PYMODELS}:make_mlp", "--inputs", "{tmp}/cut.pt"),
         ("cut.pt: torch could not read it as a file torch.save wrote (cut short or damaged?)",)),
     Bad("inputs_a_dict", ("walk", f"{PYMODELS}:make_mlp", "--inputs", "{tmp}/dict.pt"),
@@ -160,6 +164,9 @@ def bad_files(tmp_path: Path) -> Path:
         "raise ImportError('needs the flux capacitor\\nand a second line')\n", encoding="utf-8")
     torch.save(torch.zeros(4, 3), tmp_path / "x.pt")
     (tmp_path / "zero.pt").write_bytes(b"")
+    (tmp_path / "plain.py").write_text(
+        "from torch import nn\n\n\ndef make():\n    return nn.Identity()\n", encoding="utf-8")
+    torch.save(torch.arange(6).reshape(2, 3), tmp_path / "ids.pt")
     torch.save([torch.zeros(4, 3), Path("an object")], tmp_path / "object.pt")
     (tmp_path / "pickled.pt").write_bytes(pickle.dumps(Path("an object")))
     whole = (tmp_path / "x.pt").read_bytes()
