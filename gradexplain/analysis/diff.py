@@ -289,6 +289,17 @@ class _Module:
                  if names & self.argument_names(call, index)]
         return prefer if prefer in found else next(iter(found), None)
 
+    def during_backward(self, call: ModuleCall) -> int | None:
+        """The call's number among this module's calls (1 first), where it ran while a
+        backward ran (its forward hook's event is in the backward phase); else None."""
+        numbers = [position for position, index in enumerate(self.calls, start=1)
+                   if self.legacy.calls[index] is call]
+        forwards = [event for event in self.legacy.events
+                    if event.hook == "forward" and event.target == self.module]
+        if not numbers or numbers[0] > len(forwards):
+            return None
+        return numbers[0] if forwards[numbers[0] - 1].phase == "backward" else None
+
     def user_hook_findings(self) -> Iterable[Finding]:
         """The model's own backward hooks on this module that one pass leaves out (torch
         refuses legacy and full backward hooks on one module): what they change is changed in
@@ -518,6 +529,13 @@ class _Module:
                full: LabelledEvent | None, run: int) -> Iterable[Finding]:
         """Why a hook did not fire for this call."""
         module = module_title(self.module)
+        number = self.during_backward(call)
+        if legacy is None and full is None and number is not None:
+            yield Finding("never_fires", f"neither hook fired for call {number} of {module}: "
+                          "it ran during the backward (torch.utils.checkpoint runs the forward "
+                          "again there, to recompute what it did not save), and the graph that "
+                          "run makes is not backpropagated")
+            return
         if legacy is None and full is None and not self.full_warnings():
             yield Finding("never_fires", f"neither hook fired in run {run}: no gradient "
                           f"reached {module}")

@@ -235,3 +235,38 @@ def test_an_output_without_grad_is_none_in_every_backward() -> None:
     said = findings(module_diff(model, "inner", x))
     assert [text for text in said if "output 0 does not require grad" in text]
     assert not [text for text in said if "got no gradient in this backward" in text]
+
+
+class Recomputed(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin, self.act = nn.Linear(3, 3), nn.Tanh()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = torch.utils.checkpoint.checkpoint(
+            lambda t: self.act(self.lin(t)), x, use_reentrant=False)
+        return out
+
+
+def test_a_call_checkpoint_recomputes_in_the_backward_is_said_to() -> None:
+    """checkpoint runs `lin` again during the backward: neither hook fires for that call, which
+    was "no gradient reached lin"."""
+    torch.manual_seed(0)
+    model, x = Recomputed(), torch.randn(2, 3, requires_grad=True)
+    copied = copy.deepcopy(model)
+    phases: list[str] = []
+    fired: list[int] = []
+    backward = [False]
+    copied.lin.register_forward_hook(
+        lambda *args: phases.append("backward" if backward[0] else "forward"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        copied.lin.register_backward_hook(lambda *args: fired.append(1))
+    out = copied(x)
+    backward[0] = True
+    out.sum().backward()
+    assert phases == ["forward", "backward"] and len(fired) == 1
+    said = findings(module_diff(model, "lin", x))
+    assert [text for text in said if text.startswith("neither hook fired for call 2 of lin: "
+                                                     "it ran during the backward")]
+    assert not [text for text in said if "no gradient reached lin" in text]
