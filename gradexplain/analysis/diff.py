@@ -172,7 +172,20 @@ class _Module:
         calls = tuple(self.call(run, call, legacy_calls.get((run, call)),
                                 full_calls.get((run, call))) for run, call in keys)
         return ModuleDiff(self.module, self.arguments, self.last_node, self.made, self.step,
-                          calls, verdict(self, calls))
+                          calls, self.followable(verdict(self, calls)))
+
+    def followable(self, said: str) -> str:
+        """The verdict, with what its advice to register a full hook needs first where the
+        model has its own legacy hook on the module (torch refuses both kinds on one)."""
+        own = [hook.function for walk_pass in self.session.walk.passes
+               for hook in walk_pass.user_hooks
+               if hook.scope == "module" and hook.target == self.module
+               and hook.hook == "backward" and hook.ran and walk_pass.mode == "legacy"]
+        if "use register_full_backward_hook" not in said or not own:
+            return said
+        return (f"{said} (after removing your own legacy hook {own[0]} from "
+                f"{module_title(self.module)}: torch refuses legacy and full backward hooks on "
+                "one module)")
 
     def expected_keys(self) -> set[tuple[int, int]]:
         """Every (backward run, call) pair: a hook that never fires still gets its row."""
@@ -225,15 +238,18 @@ class _Module:
         if legacy_event is None:
             sides.append("legacy did not fire")
         else:
-            sides.append("legacy: " + (self.role(call, legacy) if legacy else "no such entry"))
+            sides.append("legacy: " + (self.role(call, legacy, self.pinned_argument(
+                legacy, full_event)) if legacy else "no such entry"))
         if full_event is None:
             sides.append("full did not fire")
         else:
-            sides.append("full: " + (self.role(call, full) if full else "no such entry"))
+            own = _position(name)[1] if name.startswith("grad_input") else None
+            sides.append("full: " + (self.role(call, full, own) if full else "no such entry"))
         return "; ".join(sides)
 
-    def role(self, call: ModuleCall, arg: LabelledArg) -> str:
-        """What a hook argument is, in the module's terms."""
+    def role(self, call: ModuleCall, arg: LabelledArg, argument: int | None = None) -> str:
+        """What a hook argument is, in the module's terms; `argument`: the module argument it
+        is known to be the gradient of (full's grad_input[j], or what is pinned to it)."""
         if arg.value is None:
             return "None"
         meaning = arg.meaning
@@ -243,13 +259,18 @@ class _Module:
         layout = {"as-is": "", "transposed": ", transposed", "reshaped": ", reshaped",
                   "summed": ", before the broadcast sum"}[meaning.layout]
         part = f", only the part via {meaning.partial}" if meaning.partial else ""
+        if argument is not None and argument < len(call.arguments or call.inputs):
+            named = self.argument_name(call, argument) or meaning.wrt
+            return (f"{module_title(self.module)}'s argument {argument} "
+                    f"({self.naming.short(named)}){part}")
         position = self.argument_index(call, meaning)
         keyword = self.keyword_of(call, meaning)
         if position is not None and self.is_output(call, meaning):
             # The argument itself is the output: returned as it came (Identity, Dropout(0)),
             # or changed in place (ReLU(inplace=True)).
+            # A leaf that requires grad cannot be changed in place (torch refuses): returned.
             how = ("returned as it got it" if call.returns_argument == position
-                   else "changed in place")
+                   or self.is_leaf(meaning.wrt) else "changed in place")
             what = (f"{module_title(self.module)}'s output {short} (its argument {position}, "
                     f"{how})")
         elif position is not None:
@@ -393,13 +414,15 @@ class _Module:
             meaning = arg.meaning
             if meaning is None:
                 continue
-            index = self.argument_index(call, meaning, prefer=position)
+            # Full's grad_input[j] is argument j's gradient: a legacy entry pinned to the same
+            # chain-rule step is that argument's, whatever the labels name it by (`m(x, x)`
+            # gives two arguments one name; a Flatten's grad_input is named after its output).
+            pinned_to = self.pinned_argument(arg, full)
+            pinned = pinned_to is not None
+            index = pinned_to if pinned else self.argument_index(call, meaning, prefer=position)
             if meaning.partial:
                 yield Finding("partial", f"legacy {arg.name} is {meaning.text}: the tensor is "
                               f"used more than once and {node} sees only its own share")
-            pinned = index is None and self.pinned_argument(arg, full) is not None
-            if pinned:
-                index = self.pinned_argument(arg, full)
             if index is None:
                 yield Finding("extra", self.extra_text(call, arg, meaning, node))
                 continue

@@ -207,7 +207,7 @@ def test_an_argument_returned_untouched_is_not_changed_in_place() -> None:
     diff = module_diff(model, "keep", x)
     notes = [row.note for call in diff.calls for row in call.rows if row.note]
     assert not [note for note in notes if "changed in place" in note]
-    assert [note for note in notes if "returned as it got it" in note]
+    assert [note for note in notes if "full: keep's argument 0" in note]
 
 
 class DetachedFirst(nn.Module):
@@ -270,3 +270,61 @@ def test_a_call_checkpoint_recomputes_in_the_backward_is_said_to() -> None:
     assert [text for text in said if text.startswith("neither hook fired for call 2 of lin: "
                                                      "it ran during the backward")]
     assert not [text for text in said if "no gradient reached lin" in text]
+
+
+class SineOfFirst(nn.Module):
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return b + a.sin()
+
+
+class SameTwiceOtherOrder(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.m = SineOfFirst()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.m(x, x)
+        return out
+
+
+def test_one_tensor_as_two_arguments_is_told_apart_by_the_graph() -> None:
+    """`m(x, x)` with `b + a.sin()`: legacy sits on the Add, whose grad_input[0] is argument
+    1's gradient (b's), and legacy lacks argument 0's (a's, through sin). Argument 0 was
+    claimed for grad_input[0] because it comes first by name."""
+    torch.manual_seed(0)
+    model, x = SameTwiceOtherOrder(), torch.randn(2, 3)
+    legacy, _ = hooked(model, model.m, "legacy", x)
+    full, _ = hooked(model, model.m, "full", x)
+    legacy_first, full_second = legacy[0][0], full[0][1]
+    assert legacy_first is not None and full_second is not None and full[0][0] is not None
+    torch.testing.assert_close(legacy_first, full_second)  # b's gradient
+    assert not torch.allclose(legacy_first, full[0][0])  # not a's (cos x)
+    said = findings(module_diff(model, "m", x.requires_grad_()))
+    assert "legacy grad_input[0] is argument 1 (x): the order follows the operands of " \
+           "AddBackward0, not m's arguments" in said
+    assert "legacy grad_input lacks the gradient of m's argument 0 (x)" in said
+    assert not [text for text in said if "lacks the gradient of m's argument 1" in text]
+
+
+def test_the_models_own_legacy_hook_must_go_before_a_full_one() -> None:
+    """The verdict advised register_full_backward_hook on a module whose own legacy hook makes
+    torch refuse it."""
+    torch.manual_seed(0)
+    model, x = Tanh(), torch.randn(2, 3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model.register_backward_hook(lambda module, grad_input, grad_output: None)
+        with pytest.raises(RuntimeError):
+            copy.deepcopy(model).register_full_backward_hook(lambda *args: None)
+    verdict = module_diff(model, "", x.requires_grad_()).verdict
+    assert "use register_full_backward_hook" in verdict
+    assert "after removing your own legacy hook <lambda> from <model>" in verdict
+
+
+def test_a_leaf_returned_as_it_came_is_not_changed_in_place() -> None:
+    """nn.Identity on the input itself: "(its argument 0, changed in place)"."""
+    x = torch.randn(2, 3, requires_grad=True)
+    assert nn.Identity()(x) is x
+    diff = module_diff(nn.Identity(), "", x)
+    notes = [row.note for call in diff.calls for row in call.rows if row.note]
+    assert not [note for note in notes if "changed in place" in note]
