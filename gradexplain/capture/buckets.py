@@ -74,6 +74,10 @@ def _pieces(flat: torch.Tensor | None, shapes: tuple[torch.Size, ...]) -> tuple[
     (DDP lays them out one after another, in the bucket's parameter order)."""
     if flat is None:
         return tuple(None for _ in shapes)
+    if flat.layout != torch.strided:
+        # A sparse gradient (Embedding(sparse=True)) is a bucket of its own, not laid out
+        # flat: its dense values are the parameter's gradient.
+        return tuple(tensor_value(flat.to_dense().reshape(shape)) for shape in shapes)
     pieces = []
     start = 0
     for shape in shapes:

@@ -7,6 +7,7 @@ uses a parameter on one rank only). And a wrong claim cannot pass.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections.abc import Callable, Iterator
 
@@ -493,3 +494,39 @@ def test_one_unused_parameter_and_ddp_averages_nothing(mlp_batch: torch.Tensor,
     if said:
         assert "never.weight" in said[0].text and "find_unused_parameters=True" in said[0].text
     assert not walk.failures()
+
+
+class SparseLookup(nn.Module):
+    """Embedding(sparse=True): DDP hands its sparse gradient over in a bucket of its own."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(7)
+        self.table = nn.Embedding(10, 3, sparse=True)
+        self.out = nn.Linear(3, 1)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        result: torch.Tensor = self.out(self.table(ids))
+        return result
+
+
+def test_a_sparse_gradient_in_a_bucket_is_its_dense_values() -> None:
+    """The bucket recorder cut a sparse gradient as a flat buffer: rank 1 failed with torch's
+    NotImplementedError, where plain DDP runs. Its slot is now the dense gradient: this rank's
+    own before the all-reduce, the sum after, as plain torch gives them."""
+    model = SparseLookup()
+    ids = torch.tensor([[1, 2, 2], [3, 1, 9], [4, 4, 0], [9, 8, 1]])
+    walk = python_walk(model, ids, "ddp")
+    assert not walk.failures()
+    local = []
+    for half in ids.chunk(2):
+        mine = copy.deepcopy(model)
+        mine(half).sum().backward()
+        assert mine.table.weight.grad is not None and mine.table.weight.grad.is_sparse
+        local.append(mine.table.weight.grad.to_dense())
+    for rank in walk.ranks:
+        slots = [slot for bucket in rank_pass(rank, "full").buckets for slot in bucket.slots
+                 if slot.parameter == "table.weight"]
+        assert len(slots) == 1
+        assert close(slots[0].before, local[rank.rank])
+        assert close(slots[0].after, local[0] + local[1])
