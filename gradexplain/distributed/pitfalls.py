@@ -168,6 +168,41 @@ def unused_stops_the_all_reduce(ranks: Sequence[RankWalk], setup: Setup) -> Pitf
         "ready and average the rest.")
 
 
+def full_hooks_change_ddp(ranks: Sequence[RankWalk], setup: Setup) -> Pitfall | None:
+    """DDP: the full pass's hooks made DDP average what the legacy pass's did not (or the
+    other way round). Full backward hooks on a module wrap all its output tensors in one node,
+    so a parameter only an output the loss ignores reads gets a gradient (zeros) in that pass,
+    and DDP counts it ready; without them, as in plain DDP, it gets none."""
+    if setup.wrap != "ddp" or not ranks:
+        return None
+    rank = ranks[0]
+    legacy, full = rank.pass_named("legacy"), rank.pass_named("full")
+    if legacy is None or full is None:
+        return None
+    scopes = {mode: {grad.name: grad.whose.scope for grad in item.grads
+                     if grad.value is not None}
+              for mode, item in (("legacy", legacy), ("full", full))}
+    differ = sorted(name for name in scopes["full"]
+                    if scopes["legacy"].get(name, scopes["full"][name]) != scopes["full"][name])
+    if not differ and bool(legacy.buckets) == bool(full.buckets):
+        return None
+    def said(item: RankPass) -> str:
+        return (f"all-reduced {len(item.buckets)} bucket(s)" if item.buckets
+                else "all-reduced no bucket")
+    example = differ[0] if differ else None
+    whose = ("" if example is None else
+             f" {example}.grad is {scopes['legacy'][example]} in the legacy pass and "
+             f"{scopes['full'][example]} in the full pass.")
+    return Pitfall(
+        "full_hooks_change_ddp",
+        "the full pass's hooks change what DDP averages",
+        f"DDP {said(legacy)} in the legacy pass and {said(full)} in the full pass.{whose} "
+        "Full backward hooks on a module wrap all its output tensors in one node: a parameter "
+        "only an output the loss ignores reads then gets a gradient (zeros), and DDP counts it "
+        "ready. The legacy pass, whose hooks change no graph, does what DDP does without "
+        "hooks; read the full pass's .grad as what DDP does with full hooks registered.")
+
+
 def _parameters(rank: RankWalk, rank_pass: RankPass) -> set[str]:
     """The parameters of a rank's pass: those whose hooks were read (fired or silent)."""
     walk_pass = _walk_pass(rank, rank_pass)
@@ -223,7 +258,8 @@ def module_hooks_local(ranks: Sequence[RankWalk], setup: Setup) -> Pitfall | Non
                    "that rank's single-process run). Only parameters' gradients are averaged.")
 
 
-FINDERS: tuple[Finder, ...] = (tensor_hook_local, post_accumulate_local, no_sync_local,
+FINDERS: tuple[Finder, ...] = (full_hooks_change_ddp, tensor_hook_local,
+                               post_accumulate_local, no_sync_local,
                                unused_parameter, unused_stops_the_all_reduce,
                                fsdp_tensor_hook_silent,
                                fsdp_post_accumulate_mean, module_hooks_local)

@@ -530,3 +530,45 @@ def test_a_sparse_gradient_in_a_bucket_is_its_dense_values() -> None:
         assert len(slots) == 1
         assert close(slots[0].before, local[rank.rank])
         assert close(slots[0].after, local[0] + local[1])
+
+
+class TwoHeads(nn.Module):
+    """Two outputs; the loss takes only the first (`--loss-of 0`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(9)
+        self.body, self.h1, self.h2 = nn.Linear(3, 4), nn.Linear(4, 1), nn.Linear(4, 1)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        z = torch.relu(self.body(x))
+        return self.h1(z), self.h2(z)
+
+
+def test_full_hooks_that_make_ddp_average_are_said_to() -> None:
+    """The full pass's hook on the model wraps both outputs in one node, so h2, which only the
+    ignored output reads, gets zeros and DDP averages every bucket; without full hooks (the
+    legacy pass, and plain DDP) no bucket is ready and every .grad stays the rank's own. The
+    walk showed the full pass's "mean" with nothing saying the two passes disagree."""
+    from gradexplain.output_path import parse_output_path
+
+    model = TwoHeads()
+    batch = torch.randn(4, 3, generator=torch.Generator().manual_seed(12))
+    sources = [python_source(model, inputs, "test:model", output=parse_output_path("0"))
+               for inputs in split_batch((batch,), 2)]
+    plan = Plan(tuple(item.spec for item in sources), "test:model", sources[0].description,
+                Setup(2, "ddp", DEFAULTS), tuple(item.build for item in sources), 1000, 1)
+    walk = capture_distributed(plan)
+    local = []
+    for half in batch.chunk(2):
+        mine = copy.deepcopy(model)
+        mine(half)[0].sum().backward()
+        assert mine.h1.weight.grad is not None and mine.h2.weight.grad is None
+        local.append(mine.h1.weight.grad)
+    for rank in walk.ranks:
+        legacy = {item.name: item for item in rank_pass(rank, "legacy").grads}
+        full = {item.name: item for item in rank_pass(rank, "full").grads}
+        assert close(legacy["h1.weight"].value, local[rank.rank])
+        assert close(full["h1.weight"].value, (local[0] + local[1]) / 2)
+    keys = [pitfall.key for pitfall in walk.pitfalls]
+    assert "full_hooks_change_ddp" in keys
