@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cache
 
 import torch
 
@@ -110,16 +111,12 @@ class ClaimChecker:
         whose values are their own positions over the claimed dims must give what
         `sum_to_size` gives, exactly (whole numbers)."""
         shape = self.replay.position_shape((self.view.rank[wrt[0]], wrt[1]))
-        probe = torch.arange(expanded.numel(), dtype=torch.float64).reshape(expanded.shape)
-        try:
-            reduced = probe.sum_to_size(shape)
-        except RuntimeError:
+        found = _sums_as_claimed(tuple(expanded.shape), shape, meaning.summed_dims)
+        if found is None:
             raise ClaimError(f"{meaning.wrt}'s shape {list(shape)} does not broadcast to the "
-                             f"value's {list(expanded.shape)}") from None
-        dims = meaning.summed_dims
-        claimed = probe.sum(dim=dims, keepdim=True) if dims else probe
-        if claimed.numel() != reduced.numel() or not torch.equal(
-                claimed.reshape(reduced.shape), reduced):
+                             f"value's {list(expanded.shape)}")
+        if not found:
+            dims = meaning.summed_dims
             said = f"dims {list(dims)}" if dims else "nothing"
             raise ClaimError(f"the label sums over {said}, but {meaning.wrt}'s shape "
                              f"{list(shape)} broadcast to {list(expanded.shape)} sums others")
@@ -196,6 +193,23 @@ class ClaimChecker:
                 return torch.zeros(self.replay.position_shape(ranked))
             return torch.zeros(shape)
         return found.detach()
+
+
+@cache
+def _sums_as_claimed(expanded: tuple[int, ...], shape: tuple[int, ...],
+                     dims: tuple[int, ...]) -> bool | None:
+    """Whether summing over `dims` reduces a tensor of shape `expanded` as torch's
+    `sum_to_size(shape)` does (None: `shape` does not broadcast to `expanded`), on a tensor
+    whose values are their own positions, so that the sums are exact whole numbers. Asked once
+    per shapes and dims: checks repeat them."""
+    probe = torch.arange(math.prod(expanded), dtype=torch.float64).reshape(expanded)
+    try:
+        reduced = probe.sum_to_size(shape)
+    except RuntimeError:
+        return None
+    claimed = probe.sum(dim=dims, keepdim=True) if dims else probe
+    return claimed.numel() == reduced.numel() and torch.equal(claimed.reshape(reduced.shape),
+                                                              reduced)
 
 
 __all__ = ["ClaimChecker", "ClaimError", "Evaluated"]
