@@ -226,7 +226,7 @@ class PassFailure:
 
     def sentence(self) -> str:
         """What happened, in one line: `run 1, backward of loss: torch raised RuntimeError in
-        this pass alone: <torch's first line>`."""
+        this pass, not as in the legacy pass: <torch's first line>`."""
         return (f"{self.where}: torch raised {self.error.category} in this pass, not as in the "
                 f"legacy pass: {first_line_of(self.error.message)}")
 
