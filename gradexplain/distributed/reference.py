@@ -14,7 +14,8 @@ from typing import Any
 
 import torch
 
-from gradexplain.capture.build import Builder, build, make_tensor, observe
+from gradexplain.capture.build import Builder, Built, build, make_tensor, observe
+from gradexplain.capture.user_hooks import user_hooks
 from gradexplain.capture.values import tensor_value
 from gradexplain.language.model import ModelSpec
 from gradexplain.records.distributed import ReferenceGrad
@@ -43,6 +44,16 @@ def local_grads(spec: ModelSpec, make: Builder | None = None) -> LocalRun:
     each call added, in one hook-free, unwrapped run of `spec`. A call torch refuses ends the
     run there, as it ends the pass."""
     built = make() if make is not None else build(spec)
+    # A Python model's own backward hooks are off here, as in the single-process check run
+    # (its forward hooks stay: they are part of what it computes): what is checked is the true
+    # derivative, and where a hook of the user's changed a value on a rank, that value is
+    # marked so and not checked. Under FSDP2 they never run at all (fully_shard replaces the
+    # parameters they were registered on).
+    with user_hooks(built.model, "replay", None):
+        return _local_run(spec, built)
+
+
+def _local_run(spec: ModelSpec, built: Built) -> LocalRun:
     named: dict[str, Any] = {}
     with observe(lambda name, value: named.setdefault(name, value)):
         returned = built.forward()

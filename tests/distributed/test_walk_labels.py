@@ -572,3 +572,45 @@ def test_full_hooks_that_make_ddp_average_are_said_to() -> None:
         assert close(full["h1.weight"].value, (local[0] + local[1]) / 2)
     keys = [pitfall.key for pitfall in walk.pitfalls]
     assert "full_hooks_change_ddp" in keys
+
+
+def _times_ten(parameter: torch.Tensor) -> None:
+    assert parameter.grad is not None
+    parameter.grad.mul_(10)
+
+
+class OwnParameterHooks(nn.Module):
+    """Hooks of the model's own on its parameters: a tensor hook tripling l1.weight's
+    gradient, a post-accumulate hook multiplying l2.bias's .grad by 10."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(13)
+        self.l1, self.l2 = nn.Linear(3, 3), nn.Linear(3, 1)
+        self.l1.weight.register_hook(lambda grad: grad * 3)
+        self.l2.bias.register_post_accumulate_grad_hook(_times_ten)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        result: torch.Tensor = self.l2(torch.relu(self.l1(x)))
+        return result
+
+
+def test_the_reference_leaves_the_models_own_backward_hooks_out(mlp_batch: torch.Tensor) -> None:
+    """The single-process reference ran the model's own parameter hooks (its docstring says
+    hook-free). Under FSDP2 they never run (fully_shard replaces the parameters), so the
+    walk's correct .grad was 'FAILED' against a reference holding the hooks' x3 and x10. Now
+    every check holds under both wrappings, and FSDP2's .grad is plain torch's hook-free
+    mean."""
+    model = OwnParameterHooks()
+    hook_free = copy.deepcopy(model)
+    hook_free.l1.weight._backward_hooks = {}
+    hook_free.l2.bias._post_accumulate_grad_hooks = {}
+    local = [plain_local(hook_free, mlp_batch, rank) for rank in range(2)]
+    for wrap in ("ddp", "fsdp"):
+        walk = python_walk(model, mlp_batch, wrap)
+        assert not walk.failures(), wrap
+        if wrap == "fsdp":
+            for rank in walk.ranks:
+                grads = {item.name: item for item in rank_pass(rank, "full").grads}
+                mean = (local[0]["l2.bias"] + local[1]["l2.bias"]) / 2
+                assert close(grads["l2.bias"].value, mean[fsdp_rows(mean.shape[0], rank.rank)])
