@@ -23,10 +23,26 @@ def wrapper(kind: WrapKind, options: DDPOptions, world_size: int) -> Wrap:
                 return replace(built, wrapper=_ddp(built, options))
             return replace(built, wrapper=_fsdp(built, world_size))
         except (RuntimeError, ValueError, TypeError, AssertionError) as error:
+            if _waited_in_vain(error):
+                # Wrapping is a collective (DDP broadcasts the parameters): a rank that is
+                # still in the model's forward, or gone, leaves the others waiting.
+                raise ModelRunError(
+                    f"{WRAPPERS[kind]} could not be set up: this rank waited for another that "
+                    "did not come (one still busy in the model's forward or a hook of its own, "
+                    f"or one that stopped); torch said: {first_line(error)}") from error
             raise ModelRunError(f"{WRAPPERS[kind]} refused this model: "
                                 f"{first_line(error)}") from error
 
     return wrap
+
+
+def _waited_in_vain(error: BaseException) -> bool:
+    """Whether torch's error is a collective that timed out or lost its peer, not a refusal of
+    the model (gloo's `DistBackendError`: "Application timeout caused pair closure")."""
+    import torch.distributed as dist
+
+    backend_error = getattr(dist, "DistBackendError", None)
+    return backend_error is not None and isinstance(error, backend_error)
 
 
 def _ddp(built: Built, options: DDPOptions) -> Any:
