@@ -161,6 +161,12 @@ class _Reading:
         if self.no_backward:
             return self.never_written(grad)
         whose = self.ddp_whose(grad.name)
+        if grad.value is None and whose.scope == "mean":
+            # All-reduced buckets wrote no gradient here: no rank's forward used it, and
+            # find_unused_parameters marks it ready without one (it was "the mean over ranks
+            # ... DDP wrote the averaged bucket into .grad", of a .grad that is None).
+            whose = Whose("local", f"no gradient on rank {self.rank} (.grad is None)",
+                          "no rank's forward used it, so DDP wrote nothing into its .grad")
         changed_by = grad.modified_by or self.changed_by(grad.name)
         if changed_by is not None:
             return DistributedGrad(grad.name, grad.value, whose, None,

@@ -344,6 +344,9 @@ def test_a_parameter_used_on_one_rank_only() -> None:
     for rank in walk.ranks:  # no rank uses `never`: no hook fires, DDP leaves .grad None
         never = next(item for item in rank_pass(rank, "full").grads if item.name == "never.weight")
         assert never.value is None and verified(never.check)
+        # Not "the mean over 2 ranks ... DDP wrote the averaged bucket into .grad".
+        assert never.whose.scope == "local" and "mean" not in never.whose.text
+        assert "no rank's forward used it" in never.whose.when
         why = next(item.why for item in rank_pass(rank, "full").silent
                    if (item.hook, item.target) == ("tensor", "never.weight"))
         assert "no rank used it" in why and "other ranks" not in why
