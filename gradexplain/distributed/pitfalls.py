@@ -186,9 +186,6 @@ def full_hooks_change_ddp(ranks: Sequence[RankWalk], setup: Setup) -> Pitfall | 
                     if scopes["legacy"].get(name, scopes["full"][name]) != scopes["full"][name])
     if not differ and bool(legacy.buckets) == bool(full.buckets):
         return None
-    def said(item: RankPass) -> str:
-        return (f"all-reduced {len(item.buckets)} bucket(s)" if item.buckets
-                else "all-reduced no bucket")
     example = differ[0] if differ else None
     whose = ("" if example is None else
              f" {example}.grad is {scopes['legacy'][example]} in the legacy pass and "
@@ -196,11 +193,18 @@ def full_hooks_change_ddp(ranks: Sequence[RankWalk], setup: Setup) -> Pitfall | 
     return Pitfall(
         "full_hooks_change_ddp",
         "the full pass's hooks change what DDP averages",
-        f"DDP {said(legacy)} in the legacy pass and {said(full)} in the full pass.{whose} "
+        f"DDP {_reduced(legacy)} in the legacy pass and {_reduced(full)} in the full pass."
+        f"{whose} "
         "Full backward hooks on a module wrap all its output tensors in one node: a parameter "
         "only an output the loss ignores reads then gets a gradient (zeros), and DDP counts it "
         "ready. The legacy pass, whose hooks change no graph, does what DDP does without "
         "hooks; read the full pass's .grad as what DDP does with full hooks registered.")
+
+
+def _reduced(rank_pass: RankPass) -> str:
+    """What DDP all-reduced in a pass, in words."""
+    return (f"all-reduced {len(rank_pass.buckets)} bucket(s)" if rank_pass.buckets
+            else "all-reduced no bucket")
 
 
 def _parameters(rank: RankWalk, rank_pass: RankPass) -> set[str]:
