@@ -21,7 +21,7 @@ from gradexplain.records.names import canonical_name
 from gradexplain.records.paths import module_title
 from gradexplain.records.refusals import refusal_text
 from gradexplain.records.session import Session
-from gradexplain.records.trace import ModuleCall, PassTrace, TensorRecord
+from gradexplain.records.trace import Mode, ModuleCall, PassTrace, TensorRecord, UserHook
 from gradexplain.records.walk import LabelledArg, LabelledEvent, Meaning, PassFailure, PassWalk
 
 
@@ -177,10 +177,8 @@ class _Module:
     def followable(self, said: str) -> str:
         """The verdict, with what its advice to register a full hook needs first where the
         model has its own legacy hook on the module (torch refuses both kinds on one)."""
-        own = [hook.function for walk_pass in self.session.walk.passes
-               for hook in walk_pass.user_hooks
-               if hook.scope == "module" and hook.target == self.module
-               and hook.hook == "backward" and hook.ran and walk_pass.mode == "legacy"]
+        own = [hook.function for mode, hook in self.own_hooks()
+               if hook.hook == "backward" and hook.ran and mode == "legacy"]
         if "use register_full_backward_hook" not in said or not own:
             return said
         return (f"{said} (after removing your own legacy hook {own[0]} from "
@@ -325,17 +323,22 @@ class _Module:
         """The model's own backward hooks on this module that one pass leaves out (torch
         refuses legacy and full backward hooks on one module): what they change is changed in
         the other pass only, and that pass's kind of hook cannot be added beside them."""
-        for walk_pass in self.session.walk.passes:
-            for hook in walk_pass.user_hooks:
-                if hook.scope != "module" or hook.target != self.module or hook.ran:
-                    continue
-                kind = "legacy" if hook.hook == "backward" else "full"
-                yield Finding("user_hook", f"your {kind} backward hook {hook.function} on "
-                              f"{module_title(self.module)} runs in the {kind} pass only, and "
-                              f"a value it changes differs from the {walk_pass.mode} pass's: "
-                              "torch refuses legacy and full backward hooks on one module, so "
-                              f"register_{'full_' if kind == 'legacy' else ''}backward_hook "
-                              f"cannot be added to {module_title(self.module)} beside it")
+        for mode, hook in self.own_hooks():
+            if hook.ran:
+                continue
+            kind = "legacy" if hook.hook == "backward" else "full"
+            yield Finding("user_hook", f"your {kind} backward hook {hook.function} on "
+                          f"{module_title(self.module)} runs in the {kind} pass only, and "
+                          f"a value it changes differs from the {mode} pass's: "
+                          "torch refuses legacy and full backward hooks on one module, so "
+                          f"register_{'full_' if kind == 'legacy' else ''}backward_hook "
+                          f"cannot be added to {module_title(self.module)} beside it")
+
+    def own_hooks(self) -> list[tuple[Mode, UserHook]]:
+        """The model's own hooks on this module, each with the pass that recorded it."""
+        return [(walk_pass.mode, hook) for walk_pass in self.session.walk.passes
+                for hook in walk_pass.user_hooks
+                if hook.scope == "module" and hook.target == self.module]
 
     def made_after(self, call: ModuleCall) -> tuple[str, str] | None:
         """The op that made another output of the call after the node a legacy hook sits on,
@@ -502,7 +505,7 @@ class _Module:
 
     def full_findings(self, call: ModuleCall, event: LabelledEvent) -> Iterable[Finding]:
         for arg in event.args:
-            index = int(arg.name.rsplit("[", 1)[1].rstrip("]")) if "[" in arg.name else 0
+            index = _position(arg.name)[1]
             if arg.name.startswith("grad_input"):
                 if arg.value is None:
                     tensor = index < len(call.inputs) and call.inputs[index] is not None
