@@ -106,19 +106,21 @@ def test_a_call_torch_refuses_in_the_full_pass_alone_fails_the_walk(name: str) -
 
 def test_the_command_shows_the_error_and_exits_1(tmp_path: Path) -> None:
     (tmp_path / "hooked.py").write_text(MODELS, encoding="utf-8")
-    for factory, words in (("wrong_shape_pre_hook", "changed the size"),
-                           ("too_many_grads", "invalid number of grad_input")):
+    for factory in ("wrong_shape_pre_hook", "too_many_grads"):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             namespace: dict[str, Any] = {}
             exec(MODELS, namespace)  # the file's own model, run in plain torch: it raises
             model = namespace[factory]()
             assert isinstance(model, nn.Module)
-            with pytest.raises(RuntimeError, match=words):
+            with pytest.raises(RuntimeError) as raised:
                 model(torch.randn(2, 3, requires_grad=True)).sum().backward()
+        # torch's own first line, whatever its words: the walk passes it on.
+        words = " ".join(str(raised.value).strip().splitlines()[0].split())
         text = run_separately("walk", f"{tmp_path / 'hooked.py'}:{factory}", "--input", "2x3")
         assert text.code == 1, text.stderr[-2000:]
         assert "FAILED" in text.stdout and "in this pass, not as in the legacy" in text.stdout
+        assert words in " ".join(text.stdout.split())
         assert "Traceback" not in text.stderr
         doc = run_separately("walk", f"{tmp_path / 'hooked.py'}:{factory}", "--input", "2x3",
                              "--format", "json")
